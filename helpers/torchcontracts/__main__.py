@@ -1,0 +1,7 @@
+"""``python -m torchcontracts`` is the same as the ``torchcontracts`` command."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

@@ -1,0 +1,109 @@
+"""Claims from the seed articles, tested on the learner's machine and recorded for the ledger.
+
+A lesson cell states a claim (``claim``), measures, then calls ``verdict`` with a boolean
+``proof`` computed from the measurement. ``proof`` must be False if PyTorch behaved the
+other way, so the assertion inside ``verdict`` keeps the course honest on every machine.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import functools
+import json
+import os
+from importlib import resources
+from typing import Literal
+
+import torch
+
+__all__ = ["Claim", "ClaimContradicted", "VERDICTS", "all_claims", "claim", "recorded", "verdict"]
+
+Verdict = Literal["true", "false", "partly", "outdated", "gpu-only"]
+VERDICTS: tuple[str, ...] = ("true", "false", "partly", "outdated", "gpu-only")
+LEDGER_ENV = "TORCHCONTRACTS_LEDGER"  # JSON-lines file that `torchcontracts ledger` collects
+
+
+@dataclasses.dataclass(frozen=True)
+class Claim:
+    """A checkable statement from a seed article (``claims.csv``)."""
+
+    id: str
+    topic: str
+    seed_file: str
+    en: str
+    zh: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Record:
+    """A verdict measured in a notebook, as the ledger stores it."""
+
+    id: str
+    verdict: str
+    evidence: str
+    source: str
+    device: str
+    torch: str
+
+
+class ClaimContradicted(AssertionError):
+    """The measurement on this machine does not support the stated verdict."""
+
+
+@functools.cache
+def all_claims() -> dict[str, Claim]:
+    """Every claim in the course data, keyed by id (C001 ...)."""
+    text = resources.files("torchcontracts").joinpath("data/claims.csv").read_text(encoding="utf-8")
+    rows = csv.DictReader(text.splitlines())
+    return {r["id"]: Claim(r["id"], r["topic"], r["seed_file"], r["claim_en"], r["claim_zh"]) for r in rows}
+
+
+_RECORDS: dict[str, Record] = {}
+
+
+def recorded() -> dict[str, Record]:
+    """The verdicts recorded in this process so far."""
+    return dict(_RECORDS)
+
+
+def _lookup(claim_id: str) -> Claim:
+    try:
+        return all_claims()[claim_id]
+    except KeyError:
+        raise KeyError(f"unknown claim id {claim_id!r}: ids are listed in torchcontracts/data/claims.csv") from None
+
+
+def claim(claim_id: str) -> Claim:
+    """Show a seed claim as a claim *under test*, never as fact."""
+    c = _lookup(claim_id)
+    print(f"CLAIM {c.id} ({c.topic}), as the seed article states it - to be tested, not trusted:")
+    print(f"  \u201c{c.en}\u201d")
+    return c
+
+
+def verdict(claim_id: str, verdict: Verdict, *, evidence: str, proof: bool, source: str | None = None) -> Record:
+    """Assert the measured ``proof`` of a verdict, print it, and record it for the ledger.
+
+    ``source`` says what produced the verdict: by default the device the cell ran on
+    ("measured on cpu"); pass e.g. "allocator model" or "torch source" otherwise.
+    """
+    c = _lookup(claim_id)
+    if verdict not in VERDICTS:
+        raise ValueError(f"verdict must be one of {VERDICTS}, got {verdict!r}")
+    if not isinstance(proof, bool):
+        raise TypeError(f"{claim_id}: proof must be a bool computed from a measurement, got {type(proof).__name__}")
+    if not proof:
+        raise ClaimContradicted(
+            f"{c.id}: this machine's measurement does not support the verdict '{verdict}'. "
+            f"Evidence: {evidence}. Re-read the cell: PyTorch behaved differently here."
+        )
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    rec = Record(c.id, verdict, evidence, source or f"measured on {device}", device, torch.__version__)
+    _RECORDS[c.id] = rec
+    print(f"VERDICT {c.id}: {verdict.upper()} - {evidence}  [{rec.source}, torch {torch.__version__}]")
+    path = os.environ.get(LEDGER_ENV)
+    if path:
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(dataclasses.asdict(rec)) + "\n")
+    return rec

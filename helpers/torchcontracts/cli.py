@@ -1,0 +1,102 @@
+"""The ``torchcontracts`` command: doctor, ledger, labs build/check, grade."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+from pathlib import Path
+from typing import Sequence
+
+__all__ = ["main"]
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    from .device import diagnose, render
+
+    report = diagnose()
+    print(report.to_json() if args.json else render(report))
+    return 0 if report.ok else 1
+
+
+def _ledger(args: argparse.Namespace) -> int:
+    from .labbuild import find_root
+    from .ledger import COLUMNS, build_ledger
+
+    root = find_root()
+    notebooks = sorted((root / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    if args.only:
+        notebooks = [p for p in notebooks if any(p.name.startswith(o) for o in args.only)]
+    if not notebooks:
+        print("ledger: no lesson notebooks found in notebooks/: run this from the course root")
+        return 1
+    try:
+        rows, times = build_ledger(notebooks, progress=not args.quiet)
+    except Exception as err:  # a failing lesson: say which, in one line
+        print(f"ledger: a lesson failed to run: {type(err).__name__}: {str(err).strip().splitlines()[-1][:200]}")
+        return 1
+    with open(args.out, "w", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, fieldnames=COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+    covered = sum(r["verdict"] != "not covered" for r in rows)
+    for name, secs in times.items():
+        print(f"  {name}: {secs:.1f} s")
+    print(f"ledger: {covered}/{len(rows)} claims covered; wrote {args.out}")
+    return 0
+
+
+def _labs(args: argparse.Namespace) -> int:
+    from .labbuild import LabFormatError, build_all, check_all, find_root
+
+    try:
+        root = find_root()
+        if args.action == "build":
+            written = build_all(root)
+            print("labs: " + (", ".join(str(p.relative_to(root)) for p in written) if written else "already up to date"))
+            return 0
+        problems = check_all(root)
+    except (LabFormatError, FileNotFoundError) as err:
+        print(f"labs: {err}")
+        return 1
+    if problems:
+        for p in problems:
+            print(f"labs check: {p}")
+        print("labs check: run `torchcontracts labs build` (never edit labs/ by hand)")
+        return 1
+    print("labs check: labs/ is in step with solutions/")
+    return 0
+
+
+def _grade(args: argparse.Namespace) -> int:
+    try:
+        from .grade import cli_main
+    except ImportError:
+        print("grade: the grader is not installed in this version of torchcontracts")
+        return 1
+    return cli_main(args.rest)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="torchcontracts", description="Torch Contracts course tools.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("doctor", help="check that this machine can run the course (exit 1 if not)")
+    p.add_argument("--json", action="store_true", help="machine-readable report")
+    p.set_defaults(func=_doctor)
+    p = sub.add_parser("ledger", help="run the lessons headless and write one row per claim")
+    p.add_argument("--out", default="ledger.csv")
+    p.add_argument("--only", nargs="*", help="lesson number prefixes, e.g. 01 02")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=_ledger)
+    p = sub.add_parser("labs", help="build labs/ from solutions/, or check they are in step")
+    p.add_argument("action", choices=["build", "check"])
+    p.set_defaults(func=_labs)
+    p = sub.add_parser("grade", help="grade lab submissions (see `torchcontracts grade --help`)", add_help=False)
+    p.add_argument("rest", nargs=argparse.REMAINDER)
+    p.set_defaults(func=_grade)
+    args = parser.parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,167 @@
+"""Device detection and the doctor: "CUDA is available" is not proof that CUDA works.
+
+The doctor launches a real kernel, allocates and synchronizes on every accelerator it
+finds, and turns each failure into one line that says what to do next. Notebook 00 and
+``torchcontracts doctor`` call the same ``diagnose`` function.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import platform
+import sys
+from typing import Any
+
+import torch
+
+__all__ = ["DeviceReport", "Report", "best_device", "diagnose", "render"]
+
+
+@dataclasses.dataclass
+class DeviceReport:
+    """One device as measured: what it is, and whether real work ran on it."""
+
+    name: str
+    kind: str  # "cpu", "cuda", "mps"
+    works: bool
+    detail: str
+    capability: str | None = None
+    free_gib: float | None = None
+    total_gib: float | None = None
+
+
+@dataclasses.dataclass
+class Report:
+    """The doctor's findings. ``ok`` is False when something the learner expects is broken."""
+
+    python: str
+    torch: str
+    build: str  # "CPU", "CUDA 12.4", "ROCm 6.2", ...
+    platform: str
+    threads: int
+    devices: list[DeviceReport]
+    problems: list[str]
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def to_json(self) -> str:
+        data: dict[str, Any] = dataclasses.asdict(self)
+        data["ok"] = self.ok
+        return json.dumps(data, indent=2)
+
+
+def _build() -> str:
+    if getattr(torch.version, "hip", None):
+        return f"ROCm {torch.version.hip}"
+    if torch.version.cuda:
+        return f"CUDA {torch.version.cuda}"
+    return "CPU"
+
+
+def _smoke(device: torch.device) -> None:
+    """Allocate, run a matmul kernel, synchronize and read back: real work, not a flag."""
+    a = torch.arange(64, dtype=torch.float32, device=device).reshape(8, 8)
+    b = (a @ a.T).sum()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
+    expected = float((torch.arange(64.0).reshape(8, 8) @ torch.arange(64.0).reshape(8, 8).T).sum())
+    got = float(b.cpu())
+    if got != expected:
+        raise RuntimeError(f"wrong result from a matmul: {got} != {expected}")
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0] if text else ''}"[:200]
+
+
+def _cuda_devices(problems: list[str]) -> list[DeviceReport]:
+    out = []
+    try:
+        available = torch.cuda.is_available()
+    except Exception as err:  # a broken driver can raise here
+        problems.append(f"CUDA check raised {_first_line(err)}: reinstall the NVIDIA driver or a matching torch build")
+        return out
+    if not available:
+        if torch.version.cuda and os.environ.get("CUDA_VISIBLE_DEVICES", None) == "":
+            problems.append("this torch is a CUDA build but CUDA_VISIBLE_DEVICES is empty: unset it to use the GPU")
+        return out
+    for i in range(torch.cuda.device_count()):
+        dev = torch.device("cuda", i)
+        try:
+            name = torch.cuda.get_device_name(i)
+            major, minor = torch.cuda.get_device_capability(i)
+            _smoke(dev)
+            free, total = torch.cuda.mem_get_info(i)
+            rep = DeviceReport(name, "cuda", True, "kernel launched, allocated, synchronized",
+                               f"{major}.{minor}", free / 2**30, total / 2**30)
+            if free / total < 0.1:
+                problems.append(f"cuda:{i} has only {free / 2**30:.1f} GiB free: close other GPU processes (nvidia-smi)")
+        except Exception as err:
+            rep = DeviceReport(f"cuda:{i}", "cuda", False, _first_line(err))
+            problems.append(f"cuda:{i} is reported available but a real kernel failed: {_first_line(err)}")
+        out.append(rep)
+    return out
+
+
+def diagnose() -> Report:
+    """Check this machine the way a lesson will use it, and collect one-line problems."""
+    problems: list[str] = []
+    devices = []
+    try:
+        _smoke(torch.device("cpu"))
+        devices.append(DeviceReport(platform.processor() or platform.machine(), "cpu", True, "matmul ran"))
+    except Exception as err:
+        devices.append(DeviceReport("cpu", "cpu", False, _first_line(err)))
+        problems.append(f"a CPU matmul failed: {_first_line(err)}: reinstall torch")
+    devices += _cuda_devices(problems)
+    mps = getattr(torch.backends, "mps", None)
+    if mps is not None and mps.is_available():
+        try:
+            _smoke(torch.device("mps"))
+            devices.append(DeviceReport("Apple GPU", "mps", True, "kernel launched and synchronized"))
+        except Exception as err:
+            devices.append(DeviceReport("Apple GPU", "mps", False, _first_line(err)))
+            problems.append(f"MPS is reported available but a kernel failed: {_first_line(err)}")
+    return Report(
+        python=sys.version.split()[0],
+        torch=torch.__version__,
+        build=_build(),
+        platform=f"{platform.system()} {platform.machine()}",
+        threads=torch.get_num_threads(),
+        devices=devices,
+        problems=problems,
+    )
+
+
+def best_device() -> torch.device:
+    """The device lessons use: a working CUDA GPU if there is one, else the CPU."""
+    return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+
+
+def render(report: Report) -> str:
+    """One screen of text: versions, devices, and a verdict line."""
+    lines = [
+        "Torch Contracts doctor",
+        f"  Python {report.python} | torch {report.torch} | build: {report.build} | {report.platform}",
+        f"  CPU threads used by torch: {report.threads}",
+    ]
+    for d in report.devices:
+        mark = "ok  " if d.works else "FAIL"
+        extra = ""
+        if d.capability:
+            extra = f" | capability {d.capability} | {d.free_gib:.1f}/{d.total_gib:.1f} GiB free"
+        lines.append(f"  [{mark}] {d.kind}: {d.name}{extra} | {d.detail}")
+    if not any(d.kind != "cpu" for d in report.devices):
+        lines.append("  No GPU here: every lesson runs on the CPU; CUDA-only cells print why they skip.")
+    if report.ok:
+        lines.append("RESULT: ready for the course.")
+    else:
+        lines += [f"PROBLEM: {p}" for p in report.problems]
+    return "\n".join(lines)
