@@ -142,6 +142,13 @@ class Check:
     can ship them with ``torch.save`` and load them with ``weights_only=True``.
     ``judge(case, output)`` compares one output and returns feedback rows; it runs in
     the grader's own process, so it must not call the learner's code.
+
+    ``call(fn, case)`` says how to call the learner's function when ``fn(*case.args)`` is
+    not enough (e.g. run backward and return the gradients too). It runs next to the
+    learner's code, so it must be a module-level function of the lab's ``labchecks``
+    module: the grader imports it by name in the learner's kernel. ``fresh_kernel=True``
+    marks checks that measure inside a process (memory, time): the grader runs them in a
+    new kernel that imports the labchecks module before any learner code runs.
     """
 
     task: str
@@ -150,13 +157,19 @@ class Check:
     cases: Callable[[int], list[Case]]
     judge: Judge
     hidden: bool = False
+    call: Callable[[Callable[..., Any], Case], Any] | None = None
+    fresh_kernel: bool = False
+
+    def invoke(self, fn: Callable[..., Any], case: Case) -> Any:
+        """Call the learner's function on one case, the way this check needs."""
+        return self.call(fn, case) if self.call is not None else fn(*case.args)
 
     def run_local(self, fn: Callable[..., Any], seed: int = 0) -> CheckOutcome:
         """Call ``fn`` here and judge it: the notebook's instant feedback."""
         rows: list[Comparison] = []
         for case in self.cases(seed):
             try:
-                out = fn(*case.args)
+                out = self.invoke(fn, case)
             except NotImplementedError:
                 return CheckOutcome(self.name, self.task, False,
                                     f"`{self.target}` is not implemented yet: replace the `raise NotImplementedError`")
