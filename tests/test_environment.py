@@ -1,0 +1,46 @@
+"""environment.yml (conda, Binder) and pyproject.toml (pip) must declare the same dependencies."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CONDA_NAMES = {"pytorch": "torch"}  # conda-forge name -> PyPI name
+
+
+def _name(spec: str) -> str:
+    return re.split(r"[<>=!~ \[]", spec.strip(), maxsplit=1)[0].lower()
+
+
+def _pyproject() -> set[str]:
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    project = data["project"]
+    specs = project["dependencies"] + [d for group in project["optional-dependencies"].values() for d in group]
+    return {_name(s) for s in specs}
+
+
+def _conda() -> set[str]:
+    names = set()
+    for line in (ROOT / "environment.yml").read_text().splitlines():
+        m = re.match(r"^  - ([A-Za-z0-9_.\-]+.*)$", line)
+        if m and not line.strip().startswith("- pip:"):
+            name = _name(m.group(1))
+            if name not in {"python", "pip"}:
+                names.add(CONDA_NAMES.get(name, name))
+    return names
+
+
+def test_environment_yml_declares_same_packages_as_pyproject():
+    assert _conda() == _pyproject(), f"only in environment.yml: {_conda() - _pyproject()}; only in pyproject: {_pyproject() - _conda()}"
+
+
+def test_environment_yml_installs_the_project_itself():
+    assert '-e ".[dev]"' in (ROOT / "environment.yml").read_text()
+
+
+def test_torch_is_declared_as_a_range_not_a_pin():
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    torch_spec = next(d for d in deps if _name(d) == "torch")
+    assert ">=" in torch_spec and "==" not in torch_spec
