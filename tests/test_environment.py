@@ -23,7 +23,8 @@ def _pyproject() -> set[str]:
 
 def _conda() -> set[str]:
     names = set()
-    for line in (ROOT / "environment.yml").read_text().splitlines():
+    text = (ROOT / "environment.yml").read_text()
+    for line in text.split("dependencies:", 1)[1].splitlines():
         m = re.match(r"^  - ([A-Za-z0-9_.\-]+.*)$", line)
         if m and not line.strip().startswith("- pip:"):
             name = _name(m.group(1))
