@@ -1,0 +1,56 @@
+"""The doctor proves the machine works, and fails with one line when CUDA only pretends to work."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import torch
+
+from torchcontracts.cli import main
+from torchcontracts.device import diagnose
+
+# A simulated broken CUDA state: torch says a GPU is available, but every real call into it fails,
+# as with a driver too old for the wheel's CUDA runtime.
+BROKEN_CUDA = """
+import sys, torch
+def broken(*a, **k):
+    raise RuntimeError("CUDA driver version is insufficient for CUDA runtime version")
+torch.cuda.is_available = lambda: True
+torch.cuda.device_count = lambda: 1
+torch.cuda.get_device_name = broken
+from torchcontracts.cli import main
+sys.exit(main(["doctor"]))
+"""
+
+
+def test_doctor_exits_0_and_reports_a_working_cpu(capsys):
+    assert main(["doctor"]) == 0
+    out = capsys.readouterr().out
+    assert f"torch {torch.__version__}" in out and "RESULT: ready" in out
+
+
+def test_doctor_json_is_machine_readable(capsys):
+    main(["doctor", "--json"])
+    data = json.loads(capsys.readouterr().out)
+    assert data["ok"] is True and data["devices"][0]["kind"] == "cpu" and data["devices"][0]["works"] is True
+
+
+def test_doctor_exits_1_with_one_line_reason_when_cuda_only_pretends():
+    proc = subprocess.run([sys.executable, "-c", BROKEN_CUDA], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    problems = [line for line in proc.stdout.splitlines() if line.startswith("PROBLEM:")]
+    assert len(problems) == 1 and "driver version is insufficient" in problems[0]
+    assert "Traceback" not in proc.stdout + proc.stderr
+
+
+def test_diagnose_flags_a_kernel_that_returns_wrong_values(monkeypatch):
+    import torchcontracts.device as device
+
+    def wrong_smoke(dev):
+        raise RuntimeError("wrong result from a matmul: 1.0 != 2.0")
+
+    monkeypatch.setattr(device, "_smoke", wrong_smoke)
+    report = diagnose()
+    assert not report.ok and "CPU matmul failed" in report.problems[0]

@@ -1,0 +1,44 @@
+"""Notebooks are committed clean, valid, and open with the header block learners rely on."""
+
+from __future__ import annotations
+
+import re
+
+import nbformat
+import pytest
+
+from conftest import ROOT, all_notebook_paths, lesson_paths, read
+
+HEADER_PARTS = ["Learning objectives", "Time", "Prerequisites", "CPU / CUDA", "Verified with torch"]
+
+
+@pytest.mark.parametrize("path", all_notebook_paths(), ids=lambda p: p.name)
+def test_notebook_is_committed_without_outputs_or_counts(path):
+    nb = read(path)
+    dirty = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and (c.outputs or c.execution_count)]
+    assert not dirty, f"{path.name}: cells {dirty} keep outputs; clear them before committing"
+
+
+@pytest.mark.parametrize("path", all_notebook_paths(), ids=lambda p: p.name)
+def test_notebook_is_valid_nbformat(path):
+    nbformat.validate(read(path))
+
+
+@pytest.mark.parametrize("path", lesson_paths() + sorted((ROOT / "solutions").glob("*.ipynb")), ids=lambda p: p.name)
+def test_notebook_opens_with_the_header_block(path):
+    first = read(path).cells[0]
+    assert first.cell_type == "markdown", f"{path.name}: the first cell must be the markdown header"
+    missing = [part for part in HEADER_PARTS if part not in first.source]
+    assert not missing, f"{path.name}: header lacks {missing}"
+
+
+@pytest.mark.parametrize("path", lesson_paths(), ids=lambda p: p.name)
+def test_lesson_ends_with_what_you_proved(path):
+    text = "\n".join(c.source for c in read(path).cells if c.cell_type == "markdown")
+    assert "What you proved" in text, f"{path.name}: add a closing 'What you proved' summary"
+
+
+def test_lesson_numbers_are_unique_and_ordered():
+    numbers = [p.name[:2] for p in lesson_paths()]
+    assert numbers == sorted(set(numbers)), numbers
+    assert all(re.fullmatch(r"\d\d", n) for n in numbers)
