@@ -1,0 +1,30 @@
+"""`torchcontracts ledger` executes lessons headless and writes one row per claim."""
+
+from __future__ import annotations
+
+import csv
+import subprocess
+import sys
+
+import pytest
+
+from test_claims import OWNED
+
+from conftest import ROOT
+
+
+def test_ledger_writes_a_row_per_claim_with_lesson_01_verdicts(tmp_path):
+    if not (ROOT / "notebooks" / "01_tensor_contracts.ipynb").exists():
+        pytest.skip("lesson 01 is not written yet")
+    out = tmp_path / "ledger.csv"
+    proc = subprocess.run([sys.executable, "-m", "torchcontracts", "ledger", "--only", "00", "01", "--quiet",
+                           "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    print(proc.stdout)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = {r["id"]: r for r in csv.DictReader(out.open(encoding="utf-8"))}
+    assert len(rows) == 124
+    for cid in OWNED["01_tensor_contracts"].split():
+        row = rows[cid]
+        assert row["verdict"] in {"true", "false", "partly", "outdated", "gpu-only"}, (cid, row)
+        assert row["notebook"] == "01_tensor_contracts.ipynb" and row["evidence"] and row["device"] == "cpu"
+    assert rows["C002"]["verdict"] == "not covered"  # an autograd claim: lesson 02 was not run here
