@@ -1,0 +1,145 @@
+"""Pictures of allocator state: segments and blocks, a memory timeline, and a fragmentation explorer widget.
+
+Every drawing takes the dict shape of ``torch.cuda.memory._snapshot()``, so the same function
+draws a snapshot of the real CUDA allocator and one of ``torchcontracts.alloc.AllocatorModel``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from .alloc import MiB, Config, Step, replay
+
+__all__ = ["draw_segments", "draw_timeline", "draw_steps", "fragmentation_trace", "explorer", "timeline_from_events"]
+
+ALLOCATED, FREE = "#4C72B0", "#DDDDDD"
+
+
+def draw_segments(snapshot: dict[str, Any], ax: Any = None, title: str = "") -> Any:
+    """One row per segment (cudaMalloc), blocks drawn to scale: blue = allocated, grey = cached free."""
+    import matplotlib.pyplot as plt
+
+    segs = snapshot.get("segments", [])
+    if ax is None:
+        _, ax = plt.subplots(figsize=(8, 0.5 + 0.45 * max(1, len(segs))))
+    for row, seg in enumerate(segs):
+        offset = 0
+        for b in seg["blocks"]:
+            alloc = b["state"] == "active_allocated"
+            ax.barh(row, b["size"] / MiB, left=offset / MiB, color=ALLOCATED if alloc else FREE,
+                    edgecolor="black", linewidth=0.6)
+            if b["size"] / max(seg["total_size"], 1) > 0.08:
+                label = b.get("name") or ""
+                ax.text((offset + b["size"] / 2) / MiB, row, f"{label} {b['size'] / MiB:.3g}".strip(),
+                        ha="center", va="center", fontsize=7, color="white" if alloc else "black")
+            offset += b["size"]
+    ax.set_yticks(range(len(segs)))
+    ax.set_yticklabels([f"{s['segment_type']} {s['total_size'] / MiB:.0f} MiB" for s in segs], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("offset in segment (MiB)")
+    ax.set_title(title or f"{len(segs)} segments ({snapshot.get('source', 'CUDA snapshot')})", fontsize=9)
+    return ax
+
+
+def timeline_from_events(events: Sequence[dict[str, Any]]) -> tuple[list[int], list[int]]:
+    """Running (requested-by-live-tensors, reserved) bytes after each trace event of a snapshot."""
+    live = reserved = 0
+    lives, reserveds = [], []
+    for e in events:
+        act, size = e["action"], int(e["size"])
+        if act == "alloc":
+            live += size
+        elif act == "free_completed":
+            live -= size
+        elif act in ("segment_alloc", "segment_map"):
+            reserved += size
+        elif act in ("segment_free", "segment_unmap"):
+            reserved -= size
+        else:
+            continue
+        lives.append(live)
+        reserveds.append(reserved)
+    return lives, reserveds
+
+
+def draw_timeline(snapshot: dict[str, Any], ax: Any = None, title: str = "") -> Any:
+    """Memory over the trace events of a snapshot (``_record_memory_history`` must have been on)."""
+    import matplotlib.pyplot as plt
+
+    traces = snapshot.get("device_traces") or [[]]
+    lives, reserveds = timeline_from_events(traces[0])
+    if ax is None:
+        _, ax = plt.subplots(figsize=(8, 2.6))
+    ax.step(range(len(reserveds)), [r / MiB for r in reserveds], where="post", label="reserved (segments)")
+    ax.step(range(len(lives)), [v / MiB for v in lives], where="post", label="requested by live tensors")
+    ax.set_xlabel("trace event")
+    ax.set_ylabel("MiB")
+    ax.legend(fontsize=8)
+    ax.set_title(title or "memory timeline", fontsize=9)
+    return ax
+
+
+def draw_steps(steps: Sequence[Step], ax: Any = None, title: str = "") -> Any:
+    """Allocated vs reserved after each op of a replayed trace, labelled by op."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(8, 2.8))
+    xs = range(len(steps))
+    ax.step(xs, [s.reserved / MiB for s in steps], where="post", label="reserved")
+    ax.step(xs, [s.allocated / MiB for s in steps], where="post", label="allocated")
+    ax.set_xticks(list(xs))
+    ax.set_xticklabels([s.op for s in steps], rotation=60, ha="right", fontsize=7)
+    ax.set_ylabel("MiB")
+    ax.legend(fontsize=8)
+    ax.set_title(title or "allocated vs reserved", fontsize=9)
+    return ax
+
+
+def fragmentation_trace(n: int = 8, size_mib: float = 6.0, free_order: str = "every other",
+                        big_mib: float = 12.0) -> str:
+    """The lesson's fragmentation experiment: n tensors, free some, then ask for one big tensor."""
+    lines = [f"alloc t{i} {size_mib}MiB" for i in range(n)]
+    order = {"every other": list(range(0, n, 2)), "first half": list(range(n // 2)),
+             "all, in order": list(range(n)), "all, reversed": list(range(n))[::-1]}[free_order]
+    lines += [f"free t{i}" for i in order]
+    lines += [f"alloc big {big_mib}MiB", "empty_cache"]
+    return "\n".join(lines)
+
+
+def explorer() -> Any:
+    """A widget: change the tensor size, the order of frees and max_split_size_mb; watch fragmentation."""
+    import ipywidgets as w
+    import matplotlib.pyplot as plt
+    from IPython.display import display
+
+    size = w.FloatSlider(value=6.0, min=0.25, max=16.0, step=0.25, description="tensor MiB")
+    big = w.FloatSlider(value=12.0, min=1.0, max=40.0, step=1.0, description="big MiB")
+    order = w.Dropdown(options=["every other", "first half", "all, in order", "all, reversed"],
+                       value="every other", description="free")
+    split = w.Dropdown(options=[("unlimited", 0), ("8 MiB", 8), ("16 MiB", 16)], value=0,
+                       description="max_split")
+    out = w.Output()
+
+    def render(*_: Any) -> None:
+        cfg = Config(max_split_size=split.value * MiB if split.value else None)
+        steps = replay(fragmentation_trace(8, size.value, order.value, big.value), cfg)
+        before = steps[-2]
+        with out:
+            out.clear_output(wait=True)
+            fig, axes = plt.subplots(2, 1, figsize=(8, 5.5))
+            draw_segments(before.snapshot, axes[0], title=f"after '{before.op}'")
+            draw_steps(steps, axes[1])
+            fig.tight_layout()
+            plt.show()
+            print(f"allocated {before.allocated / MiB:.2f} MiB | reserved {before.reserved / MiB:.2f} MiB | "
+                  f"segments {before.segments} | free but stuck in split segments "
+                  f"{before.inactive_split_bytes / MiB:.2f} MiB | fragmentation {before.fragmentation:.2f} | "
+                  f"after empty_cache: reserved {steps[-1].reserved / MiB:.2f} MiB")
+
+    for ctl in (size, big, order, split):
+        ctl.observe(render, names="value")
+    render()
+    box = w.VBox([w.HBox([size, big]), w.HBox([order, split]), out])
+    display(box)
+    return box
