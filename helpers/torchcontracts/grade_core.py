@@ -1,0 +1,279 @@
+"""Grade one submission: rebuild it, run it in a limited kernel, judge the saved outputs here, score it.
+
+Scores come only from outputs judged in this process. What the learner's kernel reports about
+itself (identity snapshots) can only lower a score: replaced torch or course code => 0 for all tasks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import secrets
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .check import Case, Check, CheckOutcome, LabSpec
+from .grade_judge import judge_check
+from .grade_kernel import CellRun, GradingKernel
+from .grade_source import GradeSetupError, Plan, SubmissionError, identify_lab, lab_spec, plan_run, read_submission
+
+__all__ = ["CheckResult", "GradeOptions", "GradeResult", "TaskResult", "grade_file"]
+
+
+@dataclasses.dataclass(frozen=True)
+class GradeOptions:
+    """Limits and choices for one grading run."""
+
+    course: Path
+    lab: str | None = None  # expected lab (batch mode); None = whatever the notebook says
+    cell_timeout: float = 30.0
+    total_timeout: float = 300.0
+    mem_mb: int = 4096
+    threads: int = 1
+    seed: int | None = None
+    public_only: bool = False
+
+
+@dataclasses.dataclass
+class CheckResult:
+    """One check's verdict as shown to the learner (hidden checks carry generic names)."""
+
+    task: str
+    name: str
+    hidden: bool
+    ok: bool
+    reason: str
+    score: float
+    max_score: float
+
+
+@dataclasses.dataclass
+class TaskResult:
+    """One task: points earned, the one-line reason, and its checks."""
+
+    id: str
+    title: str
+    score: float
+    max_score: float
+    reason: str
+    checks: list[CheckResult]
+
+
+@dataclasses.dataclass
+class GradeResult:
+    """Everything the reports need about one graded submission."""
+
+    submission: str
+    lab: str | None
+    score: float
+    max_score: float
+    tasks: list[TaskResult]
+    problems: list[str]
+    seed: int
+    seconds: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass
+class _KernelLog:
+    """What happened in one kernel, per task: a reason that zeroes its checks, and notes."""
+
+    fail: dict[str, str] = dataclasses.field(default_factory=dict)
+    notes: dict[str, str] = dataclasses.field(default_factory=dict)
+    tamper: list[str] = dataclasses.field(default_factory=list)
+
+
+def _tampered(io: Path) -> list[str]:
+    """Names of watched objects whose identity changed after the baseline (in any snapshot)."""
+    base = json.loads((io / "snap-baseline.json").read_text(encoding="utf-8"))
+    changed: list[str] = []
+    for snap in sorted(io.glob("snap-*.json")):
+        if snap.name == "snap-baseline.json":
+            continue
+        try:
+            now = json.loads(snap.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            changed.append("the grader's snapshot file")
+            continue
+        for name, ident in base.items():
+            if now.get(name) != ident and name not in changed:
+                changed.append(name)
+    return changed
+
+
+def _describe_tamper(names: list[str]) -> str:
+    words = [f"{n[len('sys.modules['):-1]} module" if n.startswith("sys.modules[") else n for n in names]
+    more = f" and {len(words) - 3} more" if len(words) > 3 else ""
+    return "tampering detected: " + ", ".join(words[:3]) + more + " replaced"
+
+
+def _run_kernel(plan: Plan, spec: LabSpec, jobs: dict[str, list[dict[str, Any]]], opts: GradeOptions,
+                scratch: Path, name: str, deadline: float) -> _KernelLog:
+    """Run the plan in one fresh kernel, with a driver cell for each task that has jobs here."""
+    log = _KernelLog()
+    io = scratch / f"io-{name}"
+    io.mkdir()
+    labchecks = f"torchcontracts.labchecks.{plan.lab}"
+    tasks_here = [t for t in spec.tasks if jobs.get(t)]
+    with GradingKernel(scratch / f"work-{name}", mem_mb=opts.mem_mb, threads=opts.threads) as kernel:
+        start = f"__import__('torchcontracts.grade_driver', fromlist=['start']).start({str(io)!r}, {labchecks!r}, {opts.threads})"
+        first = kernel.run(start, max(60.0, opts.cell_timeout))
+        if first.status != "ok" or not (io / "snap-baseline.json").exists():
+            why = kernel.dead_reason or first.one_line()
+            for t in tasks_here:
+                log.fail[t] = f"not graded: the grading kernel could not start ({why})"
+            return log
+        done: set[str] = set()
+        for step in plan.steps:
+            if step.kind == "driver" and not jobs.get(step.task):
+                continue
+            left = deadline - time.monotonic()
+            if left <= 0:
+                for t in tasks_here:
+                    if t not in done:
+                        log.fail[t] = f"not graded: the total time limit of {opts.total_timeout:g} s ran out"
+                break
+            if step.kind == "driver":
+                spec_path = io / f"jobs-{step.task}.json"
+                spec_path.write_text(json.dumps({"tag": step.task, "jobs": jobs[step.task]}), encoding="utf-8")
+                code = f"__import__('torchcontracts.grade_driver', fromlist=['drive']).drive({str(spec_path)!r})"
+            else:
+                code = step.source
+            run = kernel.run(code, min(opts.cell_timeout, left))
+            where = f"the {step.task} cell" if step.kind == "student" else (
+                f"the {step.task} checks" if step.kind == "driver" else "a course cell")
+            if step.kind == "driver":
+                done.add(step.task)
+                if run.status == "timeout":
+                    log.fail[step.task] = f"timed out after {min(opts.cell_timeout, left):g} s"
+                elif run.status == "error":
+                    log.fail[step.task] = f"the grading driver failed ({run.one_line()}): was the kernel disturbed?"
+            elif step.kind == "student" and run.status in ("error", "timeout") and step.task not in log.notes:
+                said = f"timed out after {run.seconds:.0f} s" if run.status == "timeout" else run.one_line()
+                log.notes[step.task] = f"its cell {said}"
+            if not kernel.alive:
+                why = kernel.dead_reason or run.evalue
+                for t in tasks_here:
+                    if t not in done or t == step.task and step.kind == "driver" and t not in log.fail:
+                        log.fail.setdefault(t, f"not graded: {why} in {where}")
+                break
+        if kernel.alive:
+            kernel.run("__import__('torchcontracts.grade_driver', fromlist=['snapshot']).snapshot('final')",
+                       max(10.0, min(opts.cell_timeout, 30.0)))
+    log.tamper = _tampered(io)
+    return log
+
+
+def _jobs(spec: LabSpec, checks: list[tuple[int, Check]], cases: dict[int, list[Case]], io: Path) -> dict[str, list[dict[str, Any]]]:
+    """Ship the cases with torch.save; hidden labels stay in the grader."""
+    jobs: dict[str, list[dict[str, Any]]] = {}
+    io.mkdir(exist_ok=True)
+    for idx, check in checks:
+        path = io / f"cases-{idx}.pt"
+        torch.save([("" if check.hidden else c.label, c.args) for c in cases[idx]], path)
+        jobs.setdefault(check.task, []).append({"check": idx, "target": check.target, "cases": str(path),
+                                                "call": check.call.__name__ if check.call else None})
+    return jobs
+
+
+def _score(spec: LabSpec, plan: Plan, outcomes: dict[int, CheckOutcome], logs: dict[int, _KernelLog],
+           tamper: str) -> list[TaskResult]:
+    results = []
+    for task in spec.tasks.values():
+        checks = [(i, c) for i, c in enumerate(spec.checks) if c.task == task.id]
+        each = task.points / len(checks) if checks else 0.0
+        rows: list[CheckResult] = []
+        hidden_n = 0
+        first = ""
+        for idx, check in checks:
+            hidden_n += check.hidden
+            name = f"hidden check {hidden_n} of {task.id}" if check.hidden else check.name
+            log = logs[idx]
+            if tamper:
+                ok, reason, whole = False, tamper, True
+            elif task.id in plan.missing:
+                ok, reason, whole = False, f"not implemented: its solution cell ({plan.lab}/{task.id}) is missing", True
+            elif task.id in log.fail:
+                ok, reason, whole = False, log.fail[task.id], True
+            else:
+                out = outcomes[idx]
+                ok, reason, whole = out.ok, out.reason, out.reason == "not implemented" or out.reason.startswith("`")
+            rows.append(CheckResult(task.id, name, check.hidden, ok, reason, round(each if ok else 0.0, 4), round(each, 4)))
+            first = first or ("" if ok else reason if whole else f"{name}: {reason}")
+        score = round(sum(r.score for r in rows), 4)
+        bad = [r for r in rows if not r.ok]
+        reason = f"all {len(rows)} checks pass" if not bad else first
+        note = next((lg.notes[task.id] for lg in logs.values() if task.id in lg.notes), "")
+        if note and bad and not tamper and "NotImplementedError" not in note:
+            reason += f" ({note})"
+        results.append(TaskResult(task.id, task.title, score, task.points, reason, rows))
+    return results
+
+
+def grade_file(path: Path, opts: GradeOptions) -> GradeResult:
+    """Grade one notebook; never raises for a bad submission (the reason goes to ``problems``)."""
+    t0 = time.monotonic()
+    seed = opts.seed if opts.seed is not None else secrets.randbelow(2**31)
+    lab: str | None = None
+    problems: list[str] = []
+    spec: LabSpec | None = None
+    try:
+        nb = read_submission(path)
+        lab, note = identify_lab(nb, path, opts.course, opts.lab)
+        if note:
+            problems.append(note)
+        spec = lab_spec(opts.course, lab, public_only=opts.public_only)
+        plan = plan_run(opts.course, lab, nb, list(spec.tasks))
+    except SubmissionError as err:
+        if opts.lab and spec is None:
+            try:
+                spec = lab_spec(opts.course, opts.lab, public_only=opts.public_only)
+            except GradeSetupError:
+                spec = None
+        tasks = [TaskResult(t.id, t.title, 0.0, t.points, str(err), []) for t in (spec.tasks.values() if spec else [])]
+        return GradeResult(str(path), opts.lab or lab, 0.0, spec.total_points if spec else 0.0, tasks,
+                           [str(err)], seed, time.monotonic() - t0)
+    if opts.public_only:
+        problems.append("public checks only: hidden checks were not run")
+    indexed = list(enumerate(spec.checks))
+    cases = {}
+    for idx, check in indexed:
+        try:
+            cases[idx] = list(check.cases(seed))
+        except Exception as err:  # noqa: BLE001 - a course bug, not the learner's
+            raise GradeSetupError(f"check {check.name!r}: cases({seed}) failed: {type(err).__name__}: {err}") from None
+    scratch = Path(tempfile.mkdtemp(prefix="tc-grade-"))
+    try:
+        deadline = t0 + opts.total_timeout
+        groups = {"main": [(i, c) for i, c in indexed if not c.fresh_kernel],
+                  "fresh": [(i, c) for i, c in indexed if c.fresh_kernel]}
+        logs: dict[int, _KernelLog] = {}
+        outcomes: dict[int, CheckOutcome] = {}
+        for name, members in groups.items():
+            if not members:
+                continue
+            io = scratch / f"io-{name}"
+            jobs = _jobs(spec, members, cases, scratch / f"cases-{name}")
+            log = _run_kernel(plan, spec, jobs, opts, scratch, name, deadline)
+            for idx, check in members:
+                logs[idx] = log
+                outcomes[idx] = judge_check(check, idx, cases[idx], io / "out", opts.mem_mb)
+        tamper_names = [n for lg in {id(v): v for v in logs.values()}.values() for n in lg.tamper]
+        tamper = _describe_tamper(list(dict.fromkeys(tamper_names))) if tamper_names else ""
+        if tamper:
+            problems.append(tamper)
+        tasks = _score(spec, plan, outcomes, logs, tamper)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    for t in tasks:
+        if t.reason.startswith("not graded: the kernel") and t.reason not in problems:
+            problems.append(t.reason)
+    total = round(sum(t.score for t in tasks), 4)
+    return GradeResult(str(path), lab, total, spec.total_points, tasks, problems, seed, time.monotonic() - t0)

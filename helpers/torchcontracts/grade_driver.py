@@ -1,0 +1,135 @@
+"""Runs inside the learner's kernel for the grader: identity snapshots, calls of learner functions, saved outputs.
+
+Nothing this module writes decides a score by itself: the grader judges the saved outputs in its
+own process, and only uses the snapshots to *lower* a score when torch or the course code was
+replaced. A learner who fakes this module gains nothing the outputs do not already earn.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import json
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+__all__ = ["drive", "snapshot", "start", "watched_objects"]
+
+_KEEP: list[Any] = []  # the objects seen at start, kept alive so that their ids are never reused
+_STATE: dict[str, Any] = {}
+_IPYTHON_BUILTINS = {"_", "__", "___", "exit", "quit", "get_ipython", "display", "help", "copyright",
+                     "credits", "license", "__IPYTHON__", "__builtins__", "input"}
+_PLAIN = (bool, int, float, complex, str, bytes, type(None))
+
+
+def watched_objects(labchecks: str) -> dict[str, Any]:
+    """The functions, classes and modules whose replacement counts as tampering, by dotted name."""
+    import builtins
+
+    import torch
+    import torch.autograd
+    import torch.nn.functional
+    import torch.testing
+
+    import torchcontracts.check
+
+    modules = {"torch": torch, "torch.testing": torch.testing, "torch.nn.functional": torch.nn.functional,
+               "torch.autograd": torch.autograd, "builtins": builtins,
+               "torchcontracts.check": torchcontracts.check, __name__: sys.modules[__name__]}
+    lc = importlib.import_module(labchecks)
+    modules[labchecks] = lc
+    classes: dict[str, type] = {"torch.Tensor": torch.Tensor, "torch.nn.Module": torch.nn.Module}
+    objs: dict[str, Any] = {}
+    for mname, mod in modules.items():
+        objs[f"sys.modules[{mname}]"] = sys.modules.get(mname)
+        for key, val in list(vars(mod).items()):
+            if mname == "builtins" and key in _IPYTHON_BUILTINS:
+                continue
+            if isinstance(val, type) and getattr(val, "__module__", "") == mname and mname.startswith("torchcontracts"):
+                classes[f"{mname}.{key}"] = val
+            if callable(val) or isinstance(val, types.ModuleType):
+                objs[f"{mname}.{key}"] = val
+    for cname, cls in classes.items():
+        for key in dir(cls):
+            if key in ("__dict__", "__weakref__", "__doc__", "__annotations__"):
+                continue
+            objs[f"{cname}.{key}"] = inspect.getattr_static(cls, key, None)
+    return objs
+
+
+def snapshot(tag: str) -> None:
+    """Write the ids of the watched objects now, for the grader to compare with the start."""
+    objs = watched_objects(_STATE["labchecks"])
+    if tag == "baseline":
+        _KEEP.extend(objs.values())
+    ids = {name: id(obj) for name, obj in objs.items()}
+    (Path(_STATE["io"]) / f"snap-{tag}.json").write_text(json.dumps(ids), encoding="utf-8")
+
+
+def start(io: str, labchecks: str, threads: int) -> None:
+    """The first cell of a grading kernel: import what the checks bind, then take the baseline."""
+    import torch
+
+    sys.path[:] = [p for p in sys.path if p not in ("", ".")]
+    torch.set_num_threads(max(1, threads))
+    _STATE.update(io=io, labchecks=labchecks)
+    importlib.import_module(labchecks)  # binds its references before any learner code runs
+    snapshot("baseline")
+
+
+def _unsupported(value: Any, depth: int = 0) -> str:
+    """Name the first value the grader cannot load safely, or '' when all of it is plain data."""
+    import torch
+
+    if depth > 20:
+        return "a structure nested too deeply"
+    if isinstance(value, _PLAIN) or type(value) in (torch.dtype, torch.device, torch.Size):
+        return ""
+    if type(value) is torch.Tensor or type(value) is torch.nn.Parameter:
+        return ""
+    if type(value) in (tuple, list):
+        return next((u for u in (_unsupported(v, depth + 1) for v in value) if u), "")
+    if type(value) is dict:
+        return next((u for u in (_unsupported(v, depth + 1) for v in [*value.keys(), *value.values()]) if u), "")
+    return f"a {type(value).__module__}.{type(value).__qualname__}"
+
+
+def _error(err: BaseException) -> dict[str, str]:
+    text = str(err).strip().splitlines()[0] if str(err).strip() else ""
+    return {"error": type(err).__name__, "msg": text[:200]}
+
+
+def drive(spec_path: str) -> None:
+    """Call the learner's functions on the grader's cases and save inputs and outputs together."""
+    import torch
+    from IPython import get_ipython
+
+    from torchcontracts.check import Case
+
+    spec = json.loads(Path(spec_path).read_text(encoding="utf-8"))
+    user_ns = get_ipython().user_ns
+    lc = importlib.import_module(_STATE["labchecks"])
+    out_dir = Path(_STATE["io"]) / "out"
+    out_dir.mkdir(exist_ok=True)
+    for job in spec["jobs"]:
+        fn = user_ns.get(job["target"])
+        if not callable(fn):
+            (out_dir / f"{job['check']}.missing").write_text(type(fn).__name__, encoding="utf-8")
+            continue
+        call = getattr(lc, job["call"]) if job["call"] else None
+        cases = torch.load(job["cases"], weights_only=True)
+        for n, (label, args) in enumerate(cases):
+            path = out_dir / f"{job['check']}-{n}.pt"
+            try:
+                out = call(fn, Case(label, tuple(args))) if call else fn(*args)
+                bad = _unsupported(out)
+                record: dict[str, Any] = {"error": "unsupported", "msg": bad} if bad else {"args": args, "out": out}
+            except (Exception, SystemExit) as err:  # the learner's error, one line per case
+                record = _error(err)
+            try:
+                torch.save(record, path)
+            except Exception as err:  # noqa: BLE001 - e.g. a file too big for the limit
+                torch.save({"error": "unsaveable", "msg": f"{type(err).__name__}: {str(err)[:120]}"}, path)
+    snapshot(spec["tag"])

@@ -1,0 +1,123 @@
+"""Judge the outputs a learner's kernel saved, here in the grader's own process where torch is untouched.
+
+Each case file holds the inputs and the output saved together (so views keep sharing storage);
+it is loaded with ``weights_only=True``, its inputs must still equal the grader's, and then the
+check's own ``judge`` decides. Hidden checks get generic reasons that never show their cases.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .check import Case, Check, CheckOutcome, Comparison, _safe_judge, outcome_from_rows
+
+__all__ = ["judge_check", "same_inputs"]
+
+MAX_CASE_BYTES = 256 * 2**20
+_GENERIC = ("values differ", "wrong shape", "wrong dtype", "wrong strides", "wrong length", "contains NaN",
+            "values right, but it is a copy", "expected a bool", "expected a tuple", "expected a torch.Tensor",
+            "answered")
+
+
+def same_inputs(a: Any, b: Any) -> bool:
+    """True when ``b`` is exactly ``a``: same structure, and tensors equal in values, layout and dtype."""
+    if isinstance(a, torch.Tensor):
+        if type(b) is not torch.Tensor or a.dtype != b.dtype or a.shape != b.shape:
+            return False
+        if a.stride() != b.stride() or a.storage_offset() != b.storage_offset():
+            return False
+        if a.is_floating_point() or a.is_complex():
+            a, b = a.detach(), b.detach()
+            return bool(torch.equal(a.isnan(), b.isnan())) and bool(torch.equal(a.nan_to_num(0.0), b.nan_to_num(0.0)))
+        return bool(torch.equal(a.detach(), b.detach()))
+    if isinstance(a, (tuple, list)):
+        return type(b) in (tuple, list) and len(a) == len(b) and all(same_inputs(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(same_inputs(a[k], b[k]) for k in a)
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a):
+        return math.isnan(b)
+    return type(a) is type(b) and a == b
+
+
+def _fail(label: str, status: str) -> Comparison:
+    return Comparison(label, False, "-", "-", "-", math.nan, status)
+
+
+def _error_status(check: Check, record: dict[str, Any], mem_mb: int) -> str:
+    name, msg = str(record.get("error", "")), str(record.get("msg", ""))
+    if name == "NotImplementedError":
+        return "not implemented"
+    if name == "MemoryError" or "can't allocate memory" in msg or "out of memory" in msg.lower():
+        return f"ran out of memory (the kernel's limit is {mem_mb} MB)"
+    if name == "unsupported":
+        return f"returned {msg}: return tensors, numbers, tuples, lists, dicts or strings"
+    if name == "unsaveable":
+        return f"its answer could not be saved ({msg})"
+    if check.hidden:
+        return f"raised {name}"
+    return f"`{check.target}` raised {name}: {msg}"[:200]
+
+
+def _generic(status: str) -> str:
+    for known in _GENERIC:
+        if status.startswith(known):
+            return "wrong answer" if known == "answered" else known
+    if status.startswith(("not implemented", "ran out of memory", "raised ", "returned ")):
+        return status.split(":")[0]
+    return "wrong answer"
+
+
+def _load(path: Path) -> tuple[dict[str, Any] | None, str]:
+    if not path.exists():
+        return None, "no output was saved for this case (the kernel stopped before it)"
+    if path.stat().st_size > MAX_CASE_BYTES:
+        return None, f"the answer is too large to judge ({path.stat().st_size / 2**20:.0f} MB)"
+    try:
+        record = torch.load(path, weights_only=True, map_location="cpu")
+    except Exception:  # noqa: BLE001 - anything that is not plain data
+        return None, "the answer cannot be loaded safely: return tensors, numbers, tuples, lists, dicts or strings"
+    if not isinstance(record, dict):
+        return None, "the saved answer is not in the grader's format (was the kernel disturbed?)"
+    return record, ""
+
+
+def judge_check(check: Check, idx: int, cases: list[Case], out_dir: Path, mem_mb: int) -> CheckOutcome:
+    """Judge one check from the saved case files; reasons of hidden checks stay generic."""
+    missing = out_dir / f"{idx}.missing"
+    if missing.exists():
+        return CheckOutcome(check.name, check.task, False,
+                            f"`{check.target}` is not defined: keep the function name the task asks for")
+    rows: list[Comparison] = []
+    for n, case in enumerate(cases):
+        record, problem = _load(out_dir / f"{idx}-{n}.pt")
+        if record is None:
+            rows.append(_fail(case.label, problem))
+        elif "error" in record:
+            rows.append(_fail(case.label, _error_status(check, record, mem_mb)))
+        elif not same_inputs(list(case.args), list(record.get("args", ()))):
+            rows.append(_fail(case.label, "changed its input in place (or the saved inputs were replaced)"))
+        else:
+            loaded = Case(case.label, tuple(record["args"]))
+            rows.extend(_safe_judge(check.judge, loaded, record.get("out")))
+    if rows and all(r.status == "not implemented" for r in rows if not r.ok) and not all(r.ok for r in rows):
+        first = next(r for r in rows if not r.ok)
+        return CheckOutcome(check.name, check.task, False, "not implemented", (first,))
+    outcome = outcome_from_rows(check, rows)
+    if check.hidden:
+        bad = [r for r in rows if not r.ok]
+        reason = "passed" if not bad else f"failed ({_generic(bad[0].status)})"
+        return CheckOutcome(check.name, check.task, outcome.ok, reason, ())
+    if not outcome.ok:
+        bad = next(r for r in rows if not r.ok)
+        if bad.status.startswith("`"):
+            return CheckOutcome(check.name, check.task, False, f"{bad.status} (case: {case_label(bad)})", outcome.rows)
+    return outcome
+
+
+def case_label(row: Comparison) -> str:
+    """The case part of a row name (rows are named ``label: part``)."""
+    return row.name.split(": ")[0]
