@@ -51,8 +51,8 @@ def draw_strides(t: torch.Tensor, ax: Any = None, *, title: str | None = None) -
 
     Top: the tensor as the learner indexes it (leading dims stacked as rows), each cell
     labelled with its index and storage offset. Bottom: the storage, one cell per element,
-    the cells ``t`` sees coloured by logical row. Text artists carry ``gid``s
-    (``"offset:<index>"``, ``"storage:<k>"``) so tests can read the picture back.
+    the cells ``t`` sees coloured by logical row. Artists carry ``gid``s (offset labels
+    ``"offset:<i,j>"``, storage cells ``"cell:<k>:seen"`` or ``":unseen"``) so tests can read the picture back.
     """
     if t.numel() > MAX_ELEMENTS:
         raise ValueError(f"draw_strides: {t.numel()} elements are too many to draw; slice it first (e.g. t[:4, :4])")
