@@ -6,8 +6,13 @@ Modules, one concern each:
   skips    - the manifest of cells that need CUDA, with reasons and CPU paths
   check    - instant-feedback checks shared by lab notebooks and the grader
   timing   - torch.utils.benchmark with median and spread
-  viz      - stride drawings and the stride explorer widget
+  viz      - stride drawings and the stride explorer widget (lesson 01)
+  graph    - draw a live backward graph with matplotlib only (lesson 02)
+  alloc    - a model of the CUDA caching allocator; alloc_viz draws it (lesson 03)
+  memory   - saved-activation meter and other CPU memory measurements (lesson 03)
+  labchecks - each lab's tasks and public checks (hidden checks live in solutions/)
   labbuild - generate labs/ from solutions/
+  grade*   - the grader: rebuild, run in a sandboxed kernel, judge outside it
   ledger   - run the lessons headless and collect verdicts
 """
 

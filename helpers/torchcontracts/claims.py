@@ -82,11 +82,12 @@ def claim(claim_id: str) -> Claim:
     return c
 
 
-def verdict(claim_id: str, verdict: Verdict, *, evidence: str, proof: bool, source: str | None = None) -> Record:
+def verdict(claim_id: str, verdict: Verdict, *, evidence: str, proof: bool, source: str | None = None) -> None:
     """Assert the measured ``proof`` of a verdict, print it, and record it for the ledger.
 
     ``source`` says what produced the verdict: by default the device the cell ran on
     ("measured on cpu"); pass e.g. "allocator model" or "torch source" otherwise.
+    Returns None so a claim cell ends quietly; ``recorded()`` holds the records.
     """
     c = _lookup(claim_id)
     if verdict not in VERDICTS:
@@ -106,4 +107,3 @@ def verdict(claim_id: str, verdict: Verdict, *, evidence: str, proof: bool, sour
     if path:
         with open(path, "a", encoding="utf-8") as fh:
             fh.write(json.dumps(dataclasses.asdict(rec)) + "\n")
-    return rec
