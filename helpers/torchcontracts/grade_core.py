@@ -151,12 +151,14 @@ def _run_kernel(plan: Plan, spec: LabSpec, jobs: dict[str, list[dict[str, Any]]]
                 f"the {step.task} checks" if step.kind == "driver" else "a course cell")
             if step.kind == "driver":
                 done.add(step.task)
+                if run.status in ("ok", "error") and not (io / f"snap-{step.task}.json").exists():
+                    log.tamper.append("the grader's driver")
                 if run.status == "timeout":
                     log.fail[step.task] = f"timed out after {min(opts.cell_timeout, left):g} s"
                 elif run.status == "error":
                     log.fail[step.task] = f"the grading driver failed ({run.one_line()}): was the kernel disturbed?"
             elif step.kind == "student" and run.status in ("error", "timeout") and step.task not in log.notes:
-                said = f"timed out after {run.seconds:.0f} s" if run.status == "timeout" else run.one_line()
+                said = f"timed out after {run.seconds:.0f} s" if run.status == "timeout" else f"raised {run.ename}"
                 log.notes[step.task] = f"its cell {said}"
             if not kernel.alive:
                 why = kernel.dead_reason or run.evalue
@@ -167,7 +169,7 @@ def _run_kernel(plan: Plan, spec: LabSpec, jobs: dict[str, list[dict[str, Any]]]
         if kernel.alive:
             kernel.run("__import__('torchcontracts.grade_driver', fromlist=['snapshot']).snapshot('final')",
                        max(10.0, min(opts.cell_timeout, 30.0)))
-    log.tamper = _tampered(io)
+    log.tamper += _tampered(io)
     return log
 
 

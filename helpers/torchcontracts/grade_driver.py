@@ -22,6 +22,8 @@ _STATE: dict[str, Any] = {}
 _IPYTHON_BUILTINS = {"_", "__", "___", "exit", "quit", "get_ipython", "display", "help", "copyright",
                      "credits", "license", "__IPYTHON__", "__builtins__", "input"}
 _PLAIN = (bool, int, float, complex, str, bytes, type(None))
+# bound at import (before learner code), so a replaced builtin cannot blind the snapshot
+_isinstance, _callable, _vars, _dir, _id, _getattr_static = isinstance, callable, vars, dir, id, inspect.getattr_static
 
 
 def watched_objects(labchecks: str) -> dict[str, Any]:
@@ -44,18 +46,18 @@ def watched_objects(labchecks: str) -> dict[str, Any]:
     objs: dict[str, Any] = {}
     for mname, mod in modules.items():
         objs[f"sys.modules[{mname}]"] = sys.modules.get(mname)
-        for key, val in list(vars(mod).items()):
+        for key, val in list(_vars(mod).items()):
             if mname == "builtins" and key in _IPYTHON_BUILTINS:
                 continue
-            if isinstance(val, type) and getattr(val, "__module__", "") == mname and mname.startswith("torchcontracts"):
+            if _isinstance(val, type) and getattr(val, "__module__", "") == mname and mname.startswith("torchcontracts"):
                 classes[f"{mname}.{key}"] = val
-            if callable(val) or isinstance(val, types.ModuleType):
+            if _callable(val) or _isinstance(val, types.ModuleType):
                 objs[f"{mname}.{key}"] = val
     for cname, cls in classes.items():
-        for key in dir(cls):
+        for key in _dir(cls):
             if key in ("__dict__", "__weakref__", "__doc__", "__annotations__"):
                 continue
-            objs[f"{cname}.{key}"] = inspect.getattr_static(cls, key, None)
+            objs[f"{cname}.{key}"] = _getattr_static(cls, key, None)
     return objs
 
 
@@ -64,7 +66,7 @@ def snapshot(tag: str) -> None:
     objs = watched_objects(_STATE["labchecks"])
     if tag == "baseline":
         _KEEP.extend(objs.values())
-    ids = {name: id(obj) for name, obj in objs.items()}
+    ids = {name: _id(obj) for name, obj in objs.items()}
     (Path(_STATE["io"]) / f"snap-{tag}.json").write_text(json.dumps(ids), encoding="utf-8")
 
 
@@ -131,5 +133,8 @@ def drive(spec_path: str) -> None:
             try:
                 torch.save(record, path)
             except Exception as err:  # noqa: BLE001 - e.g. a file too big for the limit
-                torch.save({"error": "unsaveable", "msg": f"{type(err).__name__}: {str(err)[:120]}"}, path)
+                record = {"error": "unsaveable", "msg": f"{type(err).__name__}: {str(err)[:120]}"}
+                torch.save(record, path)
+            if "error" in record:
+                break  # like the notebook's checks: the first error ends this check
     snapshot(spec["tag"])

@@ -98,6 +98,7 @@ def judge_check(check: Check, idx: int, cases: list[Case], out_dir: Path, mem_mb
             rows.append(_fail(case.label, problem))
         elif "error" in record:
             rows.append(_fail(case.label, _error_status(check, record, mem_mb)))
+            break  # the kernel stopped this check at its first error
         elif not same_inputs(list(case.args), list(record.get("args", ()))):
             rows.append(_fail(case.label, "changed its input in place (or the saved inputs were replaced)"))
         else:

@@ -20,6 +20,8 @@ from typing import Any
 from jupyter_client.blocking import BlockingKernelClient
 from jupyter_client.connect import write_connection_file
 
+from .grade_zygote import zygote
+
 __all__ = ["CellRun", "GradingKernel", "describe_exit"]
 
 OUTPUT_CAP = 4000  # characters of a cell's stdout/stderr kept for feedback; the rest is dropped
@@ -75,7 +77,7 @@ class GradingKernel:
     """One ipykernel process for one submission; every call returns, whatever the code does."""
 
     def __init__(self, workdir: Path, *, mem_mb: int = 4096, fsize_mb: int = 1024,
-                 threads: int = 1, startup_timeout: float = 60.0):
+                 threads: int = 1, startup_timeout: float = 60.0, fork: bool = True):
         self.workdir = workdir
         workdir.mkdir(parents=True, exist_ok=True)
         self.conn_file = str(workdir.parent / f"{workdir.name}-kernel.json")
@@ -84,12 +86,19 @@ class GradingKernel:
         env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
                    JPY_PARENT_PID=str(os.getpid()), PYDEVD_DISABLE_FILE_VALIDATION="1",
                    MPLBACKEND="Agg", PYTHONDONTWRITEBYTECODE="1")
-        cmd = [sys.executable, "-c", _LAUNCH, str(mem_mb * 2**20), str(fsize_mb * 2**20),
-               "-f", self.conn_file, "--IPKernelApp.log_level=CRITICAL", "--HistoryManager.enabled=False"]
+        argv = ["-f", self.conn_file, "--IPKernelApp.log_level=CRITICAL", "--HistoryManager.enabled=False"]
         self.log_path = workdir.parent / f"{workdir.name}-kernel.log"
-        self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in shutdown()
-        self.proc = subprocess.Popen(cmd, cwd=workdir, env=env, stdin=subprocess.DEVNULL,
-                                     stdout=self._log, stderr=self._log, start_new_session=True)
+        self._log: Any = None
+        server = zygote() if fork else None
+        self.proc: Any
+        if server is not None:  # fork a kernel that has torch imported already
+            env["JPY_PARENT_PID"] = str(server.proc.pid)
+            self.proc = server.spawn(argv, str(workdir), env, str(self.log_path), mem_mb * 2**20, fsize_mb * 2**20)
+        else:
+            cmd = [sys.executable, "-c", _LAUNCH, str(mem_mb * 2**20), str(fsize_mb * 2**20), *argv]
+            self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in shutdown()
+            self.proc = subprocess.Popen(cmd, cwd=workdir, env=env, stdin=subprocess.DEVNULL,
+                                         stdout=self._log, stderr=self._log, start_new_session=True)
         self.client = BlockingKernelClient(connection_file=self.conn_file)
         self.client.load_connection_file()
         self.client.start_channels()
@@ -185,7 +194,8 @@ class GradingKernel:
             os.killpg(self.proc.pid, signal.SIGKILL)  # children left in its session
         except (ProcessLookupError, PermissionError):
             pass
-        self._log.close()
+        if self._log is not None:
+            self._log.close()
         for path in (self.conn_file,):
             try:
                 os.unlink(path)

@@ -6,6 +6,7 @@ every other cell comes from ``labs/<lab>.ipynb``, and hidden checks come from ``
 
 from __future__ import annotations
 
+import ast
 import copy
 import dataclasses
 import functools
@@ -170,6 +171,53 @@ def _is_check_cell(source: str) -> bool:
     return bool(re.search(r"\blab\.(check|run)\(", source))
 
 
+def _names(source: str) -> tuple[set[str], set[str]]:
+    """(names a cell binds at top level, names it reads anywhere); unparsable code reads everything."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return set(), {"*"}
+    binds: set[str] = set()
+    todo: list[ast.AST] = list(tree.body)
+    while todo:
+        sub = todo.pop()
+        if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            binds.add(sub.name)
+            continue  # names inside a def or class are not the cell's
+        if isinstance(sub, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp, ast.Lambda)):
+            continue
+        if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store):
+            binds.add(sub.id)
+        elif isinstance(sub, (ast.Import, ast.ImportFrom)):
+            binds.update((a.asname or a.name).split(".")[0] for a in sub.names)
+        todo.extend(ast.iter_child_nodes(sub))
+    reads = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    reads |= {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+    return binds, reads
+
+
+def _needed(steps: list[Step]) -> list[Step]:
+    """Drop course cells nothing needs: keep the first, and those that bind a name learner cells
+    (or other kept cells) read. Demo and plot cells bind nothing the learner uses, so they are skipped."""
+    info = [_names(s.source) for s in steps]
+    need: set[str] = set()
+    keep = [s.kind != "course" for s in steps]
+    first = next((i for i, s in enumerate(steps) if s.kind == "course"), None)
+    if first is not None:
+        keep[first] = True
+    for i, k in enumerate(keep):
+        if k:
+            need |= info[i][1]
+    changed = True
+    while changed:
+        changed = False
+        for i, (binds, reads) in enumerate(info):
+            if not keep[i] and ("*" in need or binds & need or "*" in binds):
+                keep[i], changed = True, True
+                need |= reads
+    return [s for s, k in zip(steps, keep) if k]
+
+
 def plan_run(root: Path, lab: str, nb: nbformat.NotebookNode, tasks: list[str]) -> Plan:
     """Course cells in order, learner cells swapped in by id, a driver after each task's last cell."""
     course = _course_lab(root, lab)
@@ -195,6 +243,11 @@ def plan_run(root: Path, lab: str, nb: nbformat.NotebookNode, tasks: list[str]) 
         elif not _is_check_cell(cell.source):
             steps.append(Step("course", cell.source))
     ordered: list[Step] = []
+    steps = _needed(steps)
+    last = {}
+    for n, step in enumerate(steps):
+        if step.kind == "student":
+            last[step.task] = n + 1
     for n, step in enumerate(steps + [Step("course", "")]):
         for task in tasks:
             if last.get(task, len(steps)) == n and task in present:

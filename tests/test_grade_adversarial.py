@@ -1,0 +1,97 @@
+"""The grader is not fooled: every adversarial submission gets its exact score and reason.
+
+All submissions go through ONE `torchcontracts grade DIR -j 2` run (the expensive part: one
+kernel per submission), then each test asserts its own row.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from submissions.adversarial import CELL_TIMEOUT, LAB, MEM_MB, TASKS, build, cases
+
+ROOT = Path(__file__).resolve().parents[1]
+NAMES = sorted(cases())
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def batch(tmp_path_factory):
+    """Grade every submission once, in a folder run with two workers, from an unrelated cwd."""
+    base = tmp_path_factory.mktemp("grade")
+    subs = base / "subs"
+    expected = build(subs)
+    hashes = {p.name: _sha(p) for p in subs.iterdir()}
+    out = base / "gradebook.csv"
+    proc = subprocess.run(
+        [sys.executable, "-m", "torchcontracts", "grade", str(subs), "--course", str(ROOT), "--lab", LAB,
+         "--out", str(out), "-j", "2", "--json", "--quiet", "--cell-timeout", str(CELL_TIMEOUT),
+         "--mem-mb", str(MEM_MB)],
+        capture_output=True, text=True, cwd=base, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    results = {Path(r["submission"]).name: r for r in json.loads(proc.stdout)}
+    return {"expected": expected, "results": results, "proc": proc, "gradebook": out, "subs": subs,
+            "hashes": hashes, "base": base}
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_submission_gets_its_exact_score_and_reason(batch, name):
+    expect = batch["expected"][f"{name}.ipynb"]
+    got = batch["results"][f"{name}.ipynb"]
+    assert {t["id"]: (t["score"], t["reason"]) for t in got["tasks"]} == expect.tasks
+    assert got["score"] == pytest.approx(expect.total)
+    assert got["max_score"] == 12
+    for needle in expect.problems:
+        assert any(needle in p for p in got["problems"]), got["problems"]
+
+
+def test_gradebook_has_one_row_per_submission_with_task_columns_total_and_problems(batch):
+    book = pd.read_csv(batch["gradebook"])
+    assert list(book.columns[:8]) == ["submission", "lab", *TASKS, "total"]
+    assert "problems" in book.columns
+    assert sorted(book["submission"]) == sorted(f"{n}.ipynb" for n in NAMES)
+    row = book.set_index("submission").loc["partial.ipynb"]
+    assert (row["t1"], row["t3"], row["total"]) == (2.0, 1.5, 5.5)
+    assert "tampering detected: torch.equal replaced" in book.set_index("submission").loc["tamper_equal.ipynb", "problems"]
+
+
+def test_submissions_are_never_modified(batch):
+    assert {p.name: _sha(p) for p in batch["subs"].iterdir()} == batch["hashes"]
+
+
+def test_fake_results_files_land_in_the_scratch_folder_not_near_the_grader(batch):
+    base = batch["base"]
+    assert not (base / "results.json").exists() and not (base / "results").exists()
+    assert not (batch["subs"] / "results.json").exists() and not (ROOT / "results.json").exists()
+    assert not list((ROOT / "solutions").glob("results*")) and not list((ROOT / "labs").glob("results*"))
+    book = pd.read_csv(batch["gradebook"]).set_index("submission")
+    assert book.loc["fake_outputs.ipynb", "total"] == 0
+
+
+def test_kernel_noise_and_tracebacks_stay_out_of_the_output(batch):
+    text = batch["proc"].stdout + batch["proc"].stderr
+    assert "ZMQError" not in text and "Traceback" not in text
+    assert "score: 100" not in text and "x" * 1000 not in text
+
+
+def test_hidden_cases_and_code_never_reach_the_feedback(batch):
+    from torchcontracts.grade_source import lab_spec
+
+    spec = lab_spec(ROOT, LAB)
+    hidden = [c for c in spec.checks if c.hidden]
+    assert hidden, "lab01 should have hidden checks"
+    text = json.dumps(batch["results"])
+    for check in hidden:
+        assert check.name not in text
+        for case in check.cases(0):
+            assert case.label not in text, case.label
