@@ -12,8 +12,12 @@ import math
 from typing import Any, Callable, Sequence
 
 import torch
+import torch._dynamo  # noqa: F401  see below
 import torch.nn.functional as F
 from torch import nn
+
+# checkpoint(use_reentrant=False) imports torch._dynamo on first use, and that import rebinds torch.manual_seed.
+# Importing it here, before any learner code runs, keeps the grader's identity baseline (grade_driver) stable.
 
 from torchcontracts.alloc import replay
 from torchcontracts.check import Case, Check, Comparison, LabSpec, Task, compare
