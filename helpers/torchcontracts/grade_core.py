@@ -169,7 +169,7 @@ def _run_kernel(plan: Plan, spec: LabSpec, jobs: dict[str, list[dict[str, Any]]]
         if kernel.alive:
             kernel.run("__import__('torchcontracts.grade_driver', fromlist=['snapshot']).snapshot('final')",
                        max(10.0, min(opts.cell_timeout, 30.0)))
-    log.tamper += _tampered(io)
+    log.tamper = _tampered(io) + log.tamper
     return log
 
 
@@ -193,7 +193,7 @@ def _score(spec: LabSpec, plan: Plan, outcomes: dict[int, CheckOutcome], logs: d
         each = task.points / len(checks) if checks else 0.0
         rows: list[CheckResult] = []
         hidden_n = 0
-        first = ""
+        first, judged = "", True
         for idx, check in checks:
             hidden_n += check.hidden
             name = f"hidden check {hidden_n} of {task.id}" if check.hidden else check.name
@@ -208,12 +208,15 @@ def _score(spec: LabSpec, plan: Plan, outcomes: dict[int, CheckOutcome], logs: d
                 out = outcomes[idx]
                 ok, reason, whole = out.ok, out.reason, out.reason == "not implemented" or out.reason.startswith("`")
             rows.append(CheckResult(task.id, name, check.hidden, ok, reason, round(each if ok else 0.0, 4), round(each, 4)))
-            first = first or ("" if ok else reason if whole else f"{name}: {reason}")
-        score = round(sum(r.score for r in rows), 4)
+            if not ok and not first:
+                first = reason if whole else f"{name}: {reason}"
+                judged = not (tamper or task.id in plan.missing or task.id in log.fail)
+        passed = sum(r.ok for r in rows)
+        score = round(task.points * passed / len(rows), 4) if rows else 0.0
         bad = [r for r in rows if not r.ok]
         reason = f"all {len(rows)} checks pass" if not bad else first
         note = next((lg.notes[task.id] for lg in logs.values() if task.id in lg.notes), "")
-        if note and bad and not tamper and "NotImplementedError" not in note:
+        if note and bad and judged and "NotImplementedError" not in note:
             reason += f" ({note})"
         results.append(TaskResult(task.id, task.title, score, task.points, reason, rows))
     return results

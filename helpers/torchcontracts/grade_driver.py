@@ -15,6 +15,10 @@ import types
 from pathlib import Path
 from typing import Any
 
+from IPython import get_ipython as _get_ipython
+
+from torchcontracts.check import Case as _Case
+
 __all__ = ["drive", "snapshot", "start", "watched_objects"]
 
 _KEEP: list[Any] = []  # the objects seen at start, kept alive so that their ids are never reused
@@ -26,22 +30,29 @@ _PLAIN = (bool, int, float, complex, str, bytes, type(None))
 _isinstance, _callable, _vars, _dir, _id, _getattr_static = isinstance, callable, vars, dir, id, inspect.getattr_static
 
 
+def _modules(labchecks: str) -> dict[str, types.ModuleType]:
+    """The watched modules, resolved once at start (a later swap in sys.modules is itself reported)."""
+    if "modules" not in _STATE:
+        import builtins
+
+        import torch
+        import torch.autograd
+        import torch.nn.functional
+        import torch.testing
+
+        import torchcontracts.check
+
+        _STATE["modules"] = {
+            "torch": torch, "torch.testing": torch.testing, "torch.nn.functional": torch.nn.functional,
+            "torch.autograd": torch.autograd, "builtins": builtins, "torchcontracts.check": torchcontracts.check,
+            __name__: sys.modules[__name__], labchecks: importlib.import_module(labchecks)}
+    return _STATE["modules"]
+
+
 def watched_objects(labchecks: str) -> dict[str, Any]:
     """The functions, classes and modules whose replacement counts as tampering, by dotted name."""
-    import builtins
-
-    import torch
-    import torch.autograd
-    import torch.nn.functional
-    import torch.testing
-
-    import torchcontracts.check
-
-    modules = {"torch": torch, "torch.testing": torch.testing, "torch.nn.functional": torch.nn.functional,
-               "torch.autograd": torch.autograd, "builtins": builtins,
-               "torchcontracts.check": torchcontracts.check, __name__: sys.modules[__name__]}
-    lc = importlib.import_module(labchecks)
-    modules[labchecks] = lc
+    modules = _modules(labchecks)
+    torch = modules["torch"]
     classes: dict[str, type] = {"torch.Tensor": torch.Tensor, "torch.nn.Module": torch.nn.Module}
     objs: dict[str, Any] = {}
     for mname, mod in modules.items():
@@ -77,7 +88,7 @@ def start(io: str, labchecks: str, threads: int) -> None:
     sys.path[:] = [p for p in sys.path if p not in ("", ".")]
     torch.set_num_threads(max(1, threads))
     _STATE.update(io=io, labchecks=labchecks)
-    importlib.import_module(labchecks)  # binds its references before any learner code runs
+    _modules(labchecks)  # imports the labchecks module: it binds its references before any learner code runs
     snapshot("baseline")
 
 
@@ -105,14 +116,10 @@ def _error(err: BaseException) -> dict[str, str]:
 
 def drive(spec_path: str) -> None:
     """Call the learner's functions on the grader's cases and save inputs and outputs together."""
-    import torch
-    from IPython import get_ipython
-
-    from torchcontracts.check import Case
-
+    modules = _modules(_STATE["labchecks"])
+    torch, Case, lc = modules["torch"], _Case, modules[_STATE["labchecks"]]
     spec = json.loads(Path(spec_path).read_text(encoding="utf-8"))
-    user_ns = get_ipython().user_ns
-    lc = importlib.import_module(_STATE["labchecks"])
+    user_ns = _get_ipython().user_ns
     out_dir = Path(_STATE["io"]) / "out"
     out_dir.mkdir(exist_ok=True)
     for job in spec["jobs"]:
