@@ -10,11 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from torchcontracts.alloc import (
-    AllocatorModel, Config, Constants, KiB, MiB, ModelOOM, constants, header_constants, parse_size,
-    parse_trace, replay,
-)
-from torchcontracts.alloc_viz import fragmentation_trace, timeline_from_events
+from torchcontracts.alloc import AllocatorModel, Config, Constants, KiB, MiB, ModelOOM, constants, header_constants
+from torchcontracts.alloc_viz import fragmentation_trace, parse_size, parse_trace, replay, timeline_from_events
 
 
 # -- constants ---------------------------------------------------------------------------------
@@ -256,7 +253,7 @@ def test_reserved_never_shrinks_without_empty_cache(trace):
 
 @pytest.mark.skipif(not os.environ.get("TORCHCONTRACTS_CUDA_ALLOC_TEST"), reason="needs a CUDA GPU; see lesson 03")
 def test_model_matches_the_real_allocator_on_cuda():  # pragma: no cover - GPU only
-    from torchcontracts.alloc import replay_cuda
+    from torchcontracts.alloc_viz import replay_cuda
 
     trace = fragmentation_trace()
     assert [(s.allocated, s.reserved) for s in replay(trace)] == replay_cuda(trace)

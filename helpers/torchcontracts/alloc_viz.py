@@ -1,17 +1,115 @@
-"""Pictures of allocator state: segments and blocks, a memory timeline, and a fragmentation explorer widget.
+"""Replay allocation traces (on the allocator model or the real CUDA allocator) and picture them.
 
-Every drawing takes the dict shape of ``torch.cuda.memory._snapshot()``, so the same function
-draws a snapshot of the real CUDA allocator and one of ``torchcontracts.alloc.AllocatorModel``.
+``replay`` runs ``alloc a 1.5MiB`` / ``free a`` / ``empty_cache`` lines through a fresh
+``AllocatorModel``; ``replay_cuda`` runs the same lines on the GPU. Every drawing takes the dict
+shape of ``torch.cuda.memory._snapshot()``, so the same function draws a snapshot of the real
+CUDA allocator and one of the model; ``explorer`` is the fragmentation widget of lesson 03.
 """
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+import dataclasses
+import re
+from typing import Any, Iterable, Sequence
 
-from .alloc import MiB, Config, Step, replay
+from .alloc import KiB, MiB, AllocatorModel, Config, _fmt
 
-__all__ = ["draw_segments", "draw_timeline", "draw_steps", "fragmentation_trace", "explorer", "timeline_from_events"]
+__all__ = ["Op", "Step", "draw_segments", "draw_steps", "draw_timeline", "explorer", "fragmentation_trace",
+           "parse_size", "parse_trace", "replay", "replay_cuda", "timeline_from_events"]
 
+Op = tuple  # ("alloc", name, size) | ("free", name) | ("empty_cache",)
+
+_UNITS = {"": 1, "b": 1, "kb": 1000, "kib": KiB, "k": KiB, "mb": 1000**2, "mib": MiB, "m": MiB,
+          "gb": 1000**3, "gib": 1 << 30, "g": 1 << 30}
+
+
+def parse_size(text: str | int) -> int:
+    """``"1.5MiB"`` -> 1572864; plain integers are bytes."""
+    if isinstance(text, int):
+        return text
+    m = re.fullmatch(r"\s*([\d.]+)\s*([a-zA-Z]*)\s*", text)
+    if not m or m[2].lower() not in _UNITS:
+        raise ValueError(f"cannot read size {text!r}: write e.g. 512, 300KiB, 1.5MiB")
+    return int(float(m[1]) * _UNITS[m[2].lower()])
+
+
+def parse_trace(text: str) -> list[Op]:
+    """Read lines ``alloc a 1.5MiB`` / ``free a`` / ``empty_cache`` (``#`` starts a comment)."""
+    ops: list[Op] = []
+    for n, line in enumerate(text.splitlines(), 1):
+        words = line.split("#")[0].split()
+        if not words:
+            continue
+        if words[0] == "alloc" and len(words) == 3:
+            ops.append(("alloc", words[1], parse_size(words[2])))
+        elif words[0] == "free" and len(words) == 2:
+            ops.append(("free", words[1]))
+        elif words == ["empty_cache"]:
+            ops.append(("empty_cache",))
+        else:
+            raise ValueError(f"trace line {n} is {line.strip()!r}: use 'alloc NAME SIZE', 'free NAME' or 'empty_cache'")
+    return ops
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    """The state after one op of a trace."""
+
+    op: str
+    allocated: int
+    reserved: int
+    segments: int
+    inactive_split_bytes: int
+    fragmentation: float
+    snapshot: dict[str, Any]
+
+
+def _label(op: Sequence[Any]) -> str:
+    return " ".join(_fmt(x) if isinstance(x, int) else str(x) for x in op)
+
+
+def replay(trace: Iterable[Op] | str, config: Config | None = None) -> list[Step]:
+    """Run a trace through a fresh model and record the state after every op."""
+    ops = parse_trace(trace) if isinstance(trace, str) else list(trace)
+    model = AllocatorModel(config)
+    steps = []
+    for op in ops:
+        if op[0] == "alloc":
+            model.malloc(op[1], parse_size(op[2]))
+        elif op[0] == "free":
+            model.free(op[1])
+        elif op[0] == "empty_cache":
+            model.empty_cache()
+        else:
+            raise ValueError(f"unknown op {op!r}: use alloc, free or empty_cache")
+        st = model.memory_stats()
+        steps.append(Step(_label(op), model.allocated, model.reserved, st["segment.all.current"],
+                          st["inactive_split_bytes.all.current"], model.fragmentation(), model.snapshot()))
+    return steps
+
+
+def replay_cuda(trace: Iterable[Op] | str) -> list[tuple[int, int]]:
+    """Run the same trace on the real CUDA allocator: (allocated, reserved) after each op.
+
+    Call it in a fresh process (nothing else allocated) for a fair comparison with ``replay``.
+    """
+    import torch
+
+    ops = parse_trace(trace) if isinstance(trace, str) else list(trace)
+    live: dict[str, torch.Tensor] = {}
+    out = []
+    for op in ops:
+        if op[0] == "alloc":
+            live[op[1]] = torch.empty(parse_size(op[2]), dtype=torch.uint8, device="cuda")
+        elif op[0] == "free":
+            del live[op[1]]
+        else:
+            torch.cuda.empty_cache()
+        out.append((torch.cuda.memory_allocated(), torch.cuda.memory_reserved()))
+    return out
+
+
+# -- pictures ------------------------------------------------------------------------------------
 ALLOCATED, FREE = "#4C72B0", "#DDDDDD"
 
 

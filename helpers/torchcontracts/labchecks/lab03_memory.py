@@ -19,7 +19,7 @@ from torch import nn
 # checkpoint(use_reentrant=False) imports torch._dynamo on first use, and that import rebinds torch.manual_seed.
 # Importing it here, before any learner code runs, keeps the grader's identity baseline (grade_driver) stable.
 
-from torchcontracts.alloc import replay
+from torchcontracts.alloc_viz import replay
 from torchcontracts.check import Case, Check, Comparison, LabSpec, Task, compare
 from torchcontracts.memory import SavedTensorMeter, held_bytes, live_tensor_bytes
 
