@@ -257,3 +257,55 @@ def test_model_matches_the_real_allocator_on_cuda():  # pragma: no cover - GPU o
 
     trace = fragmentation_trace()
     assert [(s.allocated, s.reserved) for s in replay(trace)] == replay_cuda(trace)
+
+
+def test_memory_stats_report_peaks_and_counters_like_cuda():
+    m = AllocatorModel()
+    m.malloc("a", 30 * MiB)
+    m.free("a")
+    m.empty_cache()
+    st = m.memory_stats()
+    assert st["reserved_bytes.all.current"] == 0 and st["reserved_bytes.all.peak"] == 30 * MiB
+    assert st["allocated_bytes.all.peak"] == 30 * MiB and st["num_device_alloc"] == st["num_device_free"] == 1
+
+
+# -- pictures ------------------------------------------------------------------------------------
+def test_draw_segments_draws_one_bar_per_block(monkeypatch):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from torchcontracts.alloc_viz import draw_segments, draw_steps, draw_timeline
+
+    steps = replay(fragmentation_trace())
+    snap = steps[-2].snapshot
+    ax = draw_segments(snap)
+    assert len(ax.patches) == sum(len(s["blocks"]) for s in snap["segments"])
+    widths = sorted(round(p.get_width(), 6) for p in ax.patches)
+    assert widths == sorted(round(b["size"] / MiB, 6) for s in snap["segments"] for b in s["blocks"])
+    draw_steps(steps)
+    draw_timeline(steps[-1].snapshot)
+    plt.close("all")
+
+
+def test_explorer_renders_and_rerenders_when_a_control_changes(monkeypatch, capsys):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from torchcontracts.alloc_viz import explorer
+
+    shown = []
+    monkeypatch.setattr("IPython.display.display", lambda obj: shown.append(obj))
+    box = explorer()
+    first = capsys.readouterr().out
+    box.children[0].children[0].value = 7.0            # tensor MiB
+    second = capsys.readouterr().out
+    box.children[1].children[0].value = "first half"   # order of frees
+    third = capsys.readouterr().out
+    assert shown == [box]
+    assert "reserved 72.00 MiB" in first                # the lesson's experiment, as in the golden trace
+    assert "reserved" in second and second != first and third != second
+    plt.close("all")

@@ -332,7 +332,7 @@ class AllocatorModel:
         self.events.append({"action": action, "addr": addr, "size": size, "stream": 0})
 
     def _update_peaks(self) -> None:
-        for k, v in self.memory_stats().items():
+        for k, v in self._current_stats().items():
             if k.endswith(".current"):
                 peak = k[: -len("current")] + "peak"
                 self.peaks[peak] = max(self.peaks.get(peak, 0), v)
@@ -349,7 +349,10 @@ class AllocatorModel:
         return sum(s.size for s in self.segments.values())
 
     def memory_stats(self) -> dict[str, int]:
-        """The keys of ``torch.cuda.memory_stats()`` that the model reproduces (current values)."""
+        """The keys of ``torch.cuda.memory_stats()`` the model reproduces: ``.current``, ``.peak``, counters."""
+        return {**self._current_stats(), **self.peaks, **self.counters}
+
+    def _current_stats(self) -> dict[str, int]:
         out: dict[str, int] = {}
         for pool, pick in (("all", lambda s: True), ("small_pool", lambda s: s.small),
                            ("large_pool", lambda s: not s.small)):
