@@ -200,7 +200,8 @@ def _growth_rows(out: dict[str, Any]) -> list[Comparison]:
         grow = b - a
         rows.append(_row(what, grow <= GROWTH_LIMIT, f"{a} -> {b}",
                          "does not grow" if grow <= GROWTH_LIMIT else
-                         f"grows by {grow} B when the run doubles: something still holds tensors or graphs",
+                         f"grows by {grow} B when the run doubles: something still holds tensors or graphs "
+                         "(log Python floats with .item())",
                          float(grow)))
     return rows
 
