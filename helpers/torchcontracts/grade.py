@@ -13,7 +13,6 @@ import argparse
 import collections
 import concurrent.futures as cf
 import json
-import multiprocessing
 import os
 import sys
 import time
@@ -24,6 +23,7 @@ from typing import Sequence
 from .grade_core import GradeOptions, GradeResult, grade_file
 from .grade_report import gradebook_row, gradescope, render, to_json
 from .grade_source import GradeSetupError, SubmissionError, course_labs, identify_lab, lab_spec, read_submission
+from .grade_zygote import zygote
 
 __all__ = ["cli_main", "grade_many"]
 
@@ -73,36 +73,21 @@ def _expected_lab(paths: list[Path], root: Path) -> str | None:
 
 
 def grade_many(paths: list[Path], opts: GradeOptions, jobs: int, progress: bool = True) -> list[GradeResult]:
-    """Grade many files with ``jobs`` worker processes (a tqdm bar on stderr); order is kept."""
+    """Grade many files, ``jobs`` at a time (a tqdm bar on stderr); order is kept.
+
+    Threads are enough: each submission runs in its own kernel process (forked from one
+    server that imported torch once); this process only ships cases and judges outputs.
+    """
     from tqdm import tqdm
 
+    zygote(wait=False)  # start the fork server while the first submissions are read
     results: dict[Path, GradeResult] = {}
-    bar = tqdm(total=len(paths), desc="grading", unit="nb", disable=not progress, file=sys.stderr)
-    if jobs <= 1:
-        for path in paths:
-            results[path] = _worker(path, opts)
-            bar.update()
-    else:
-        todo = list(paths)
-        while todo:
-            ctx = multiprocessing.get_context("spawn")
-            with cf.ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
-                futures = {pool.submit(_worker, p, opts): p for p in todo}
-                try:
-                    for fut in cf.as_completed(futures):
-                        results[futures[fut]] = fut.result()
-                        bar.update()
-                except cf.process.BrokenProcessPool:
-                    pass  # a grader process died: the finished ones are kept, the rest retried below
-            broken = [p for p in todo if p not in results]
-            if broken == todo:  # no progress: give up on these with a reason
-                for p in broken:
-                    results[p] = GradeResult(str(p), opts.lab, 0.0, 0.0, [],
-                                             ["grader error: the grading process died on this submission"], 0, 0.0)
-                    bar.update()
-                broken = []
-            todo = broken
-    bar.close()
+    with tqdm(total=len(paths), desc="grading", unit="nb", disable=not progress, file=sys.stderr) as bar:
+        with cf.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+            futures = {pool.submit(_worker, p, opts): p for p in paths}
+            for fut in cf.as_completed(futures):
+                results[futures[fut]] = fut.result()
+                bar.update()
     return [results[p] for p in paths]
 
 
@@ -148,6 +133,7 @@ def cli_main(argv: list[str] | Sequence[str]) -> int:
         opts = GradeOptions(course=root, lab=args.lab, cell_timeout=args.cell_timeout, total_timeout=args.timeout,
                             mem_mb=args.mem_mb, seed=args.seed, public_only=args.public_only,
                             threads=max(1, os.cpu_count() or 1))
+        zygote(wait=False)  # the kernel fork server imports torch while this process reads the course
         if args.path.is_dir():
             return _folder(args, opts, root)
         if not args.path.exists():

@@ -19,12 +19,13 @@ from IPython import get_ipython as _get_ipython
 
 from torchcontracts.check import Case as _Case
 
-__all__ = ["drive", "snapshot", "start", "watched_objects"]
+__all__ = ["drive", "preload", "snapshot", "start", "watched_objects"]
 
 _KEEP: list[Any] = []  # the objects seen at start, kept alive so that their ids are never reused
 _STATE: dict[str, Any] = {}
 _IPYTHON_BUILTINS = {"_", "__", "___", "exit", "quit", "get_ipython", "display", "help", "copyright",
                      "credits", "license", "__IPYTHON__", "__builtins__", "input"}
+_TORCH_REBINDS = {"torch.Storage"}  # torch.set_default_dtype rebinds it: not tampering
 _PLAIN = (bool, int, float, complex, str, bytes, type(None))
 # bound at import (before learner code), so a replaced builtin cannot blind the snapshot
 _isinstance, _callable, _vars, _dir, _id, _getattr_static = isinstance, callable, vars, dir, id, inspect.getattr_static
@@ -62,7 +63,7 @@ def watched_objects(labchecks: str) -> dict[str, Any]:
                 continue
             if _isinstance(val, type) and getattr(val, "__module__", "") == mname and mname.startswith("torchcontracts"):
                 classes[f"{mname}.{key}"] = val
-            if _callable(val) or _isinstance(val, types.ModuleType):
+            if (_callable(val) or _isinstance(val, types.ModuleType)) and f"{mname}.{key}" not in _TORCH_REBINDS:
                 objs[f"{mname}.{key}"] = val
     for cname, cls in classes.items():
         for key in _dir(cls):
@@ -81,12 +82,25 @@ def snapshot(tag: str) -> None:
     (Path(_STATE["io"]) / f"snap-{tag}.json").write_text(json.dumps(ids), encoding="utf-8")
 
 
+def preload() -> None:
+    """Do up front what torch does lazily to its own namespace, so that it never reads as tampering:
+    importing torch._dynamo rebinds ``torch.manual_seed``, and the first ``torch.compile`` wraps
+    ``nn.Module.__init__``/``__setstate__``."""
+    try:
+        import torch._dynamo.mutation_guard as guard
+
+        guard.install_generation_tagging_init()
+    except Exception:  # noqa: BLE001 - an older or newer torch: nothing to do up front
+        pass
+
+
 def start(io: str, labchecks: str, threads: int) -> None:
     """The first cell of a grading kernel: import what the checks bind, then take the baseline."""
     import torch
 
     sys.path[:] = [p for p in sys.path if p not in ("", ".")]
     torch.set_num_threads(max(1, threads))
+    preload()
     _STATE.update(io=io, labchecks=labchecks)
     _modules(labchecks)  # imports the labchecks module: it binds its references before any learner code runs
     snapshot("baseline")

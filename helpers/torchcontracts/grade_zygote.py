@@ -21,6 +21,7 @@ __all__ = ["ForkedKernel", "Zygote", "zygote"]
 _SERVER = r"""
 import json, os, resource, select, signal, sys
 import ipykernel.kernelapp, IPython, torch, torchcontracts.grade_driver, torchcontracts.check  # paid once
+torchcontracts.grade_driver.preload()
 rd, wr = os.pipe()
 os.set_blocking(wr, False)
 signal.set_wakeup_fd(wr)
@@ -53,7 +54,7 @@ while True:
             req = json.loads(line)
             pid = os.fork()
             if pid:
-                print(json.dumps({"pid": pid}), file=out)
+                print(json.dumps({"pid": pid, "id": req["id"]}), file=out)
                 continue
             try:  # the child: become a fresh kernel
                 signal.set_wakeup_fd(-1)
@@ -85,23 +86,32 @@ class Zygote:
         self.proc = subprocess.Popen([sys.executable, "-c", _SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.DEVNULL, start_new_session=True)
         self.exits: dict[int, int] = {}
-        self._pids: list[int] = []
+        self._pids: dict[int, int] = {}
+        self._next = 0
+        self._ready = False
         self._cond = threading.Condition()
-        first = self.proc.stdout.readline() if self.proc.stdout else b""
-        if first.strip() != b"ready":
-            raise RuntimeError("the kernel fork server did not start")
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
-            msg = json.loads(line)
             with self._cond:
-                if "pid" in msg:
-                    self._pids.append(msg["pid"])
+                if line.strip() == b"ready":
+                    self._ready = True
                 else:
-                    self.exits[msg["exit"]] = msg["code"]
+                    msg = json.loads(line)
+                    if "pid" in msg:
+                        self._pids[msg["id"]] = msg["pid"]
+                    else:
+                        self.exits[msg["exit"]] = msg["code"]
                 self._cond.notify_all()
+        with self._cond:
+            self._cond.notify_all()
+
+    def wait_ready(self, timeout: float = 120.0) -> bool:
+        """Wait until the server has imported everything (it starts in the background)."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._ready or self.proc.poll() is not None, timeout) and self._ready
 
     @property
     def alive(self) -> bool:
@@ -109,13 +119,17 @@ class Zygote:
 
     def spawn(self, argv: list[str], cwd: str, env: dict[str, str], log: str, mem: int, fsize: int) -> "ForkedKernel":
         assert self.proc.stdin is not None
-        req = {"argv": argv, "cwd": cwd, "env": env, "log": log, "mem": mem, "fsize": fsize}
+        if not self.wait_ready():
+            raise RuntimeError("the kernel fork server did not start")
         with self._cond:
+            self._next += 1
+            rid = self._next
+            req = {"id": rid, "argv": argv, "cwd": cwd, "env": env, "log": log, "mem": mem, "fsize": fsize}
             self.proc.stdin.write((json.dumps(req) + "\n").encode())
             self.proc.stdin.flush()
-            if not self._cond.wait_for(lambda: self._pids, timeout=30):
+            if not self._cond.wait_for(lambda: rid in self._pids, timeout=30):
                 raise RuntimeError("the kernel fork server did not answer")
-            return ForkedKernel(self._pids.pop(0), self)
+            return ForkedKernel(self._pids.pop(rid), self)
 
     def close(self) -> None:
         if self.proc.poll() is None:
@@ -153,17 +167,22 @@ class ForkedKernel:
 
 
 _ZYGOTE: list[Any] = []
+_LOCK = threading.Lock()
 
 
-def zygote() -> Zygote | None:
-    """This process's fork server, started on first use; None if it cannot start (then launch plainly)."""
-    if _ZYGOTE and _ZYGOTE[0] is not None and _ZYGOTE[0].alive:
-        return _ZYGOTE[0]
-    _ZYGOTE.clear()
-    try:
-        server: Zygote | None = Zygote()
-        atexit.register(server.close)  # type: ignore[union-attr]
-    except (OSError, RuntimeError, ValueError):
-        server = None
-    _ZYGOTE.append(server)
+def zygote(wait: bool = True) -> Zygote | None:
+    """This process's fork server, started on first use (``wait=False`` only starts it);
+    None if it cannot start, and then kernels are launched plainly."""
+    with _LOCK:
+        if not (_ZYGOTE and _ZYGOTE[0] is not None and _ZYGOTE[0].alive):
+            _ZYGOTE.clear()
+            try:
+                server: Zygote | None = Zygote()
+                atexit.register(server.close)  # type: ignore[union-attr]
+            except OSError:
+                server = None
+            _ZYGOTE.append(server)
+        server = _ZYGOTE[0]
+    if wait and server is not None and not server.wait_ready():
+        return None
     return server
