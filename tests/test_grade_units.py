@@ -73,6 +73,10 @@ class Evil:
         return (os.system, ("touch /tmp/tc-grade-pwned",))
 
 
+def _files(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in folder.iterdir()}
+
+
 def _check() -> Check:
     return Check("t5", "t5 demo", "diagonal_view", lambda seed: [Case("4x4", (torch.arange(16.0).reshape(4, 4),))],
                  lambda case, out: [compare("diagonal", out, torch.diagonal(case.args[0]), view_of=case.args[0])])
@@ -84,14 +88,14 @@ def test_saved_answers_load_with_weights_only_and_never_run_code(tmp_path):
     cases = check.cases(0)
     x = cases[0].args[0].clone()
     torch.save({"args": (x,), "out": x.diagonal()}, tmp_path / "0-0.pt")
-    assert judge_check(check, 0, cases, tmp_path, 2048).ok
+    assert judge_check(check, 0, cases, _files(tmp_path), 2048).ok
     torch.save({"args": (x,), "out": x.diagonal().clone()}, tmp_path / "0-0.pt")
-    assert judge_check(check, 0, cases, tmp_path, 2048).reason.endswith("values right, but it is a copy: "
-                                                                         "return a view of the input")
+    assert judge_check(check, 0, cases, _files(tmp_path), 2048).reason.endswith("values right, but it is a copy: "
+                                                                                "return a view of the input")
     Path("/tmp/tc-grade-pwned").unlink(missing_ok=True)
     with open(tmp_path / "0-0.pt", "wb") as fh:
         pickle.dump({"args": (x,), "out": Evil()}, fh)
-    got = judge_check(check, 0, cases, tmp_path, 2048)
+    got = judge_check(check, 0, cases, _files(tmp_path), 2048)
     assert not got.ok and got.reason == ("4x4: the answer cannot be loaded safely: return tensors, numbers, tuples, "
                                          "lists, dicts or strings")
     assert not Path("/tmp/tc-grade-pwned").exists()

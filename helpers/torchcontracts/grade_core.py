@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from .check import Case, Check, CheckOutcome, LabSpec
-from .grade_judge import judge_check
+from .grade_judge import MAX_CASE_BYTES, judge_check
 from .grade_kernel import CellRun, GradingKernel
 from .grade_source import GradeSetupError, Plan, SubmissionError, identify_lab, lab_spec, plan_run, read_submission
 
@@ -114,8 +114,24 @@ def _describe_tamper(names: list[str]) -> str:
     return "tampering detected: " + ", ".join(words[:3]) + more + " replaced"
 
 
+def _collect(out: Path, checks: set[int], into: dict[str, bytes]) -> None:
+    """Move the outputs of these checks into memory, and delete every other file the kernel left there."""
+    if not out.is_dir():
+        return
+    for path in out.iterdir():
+        try:
+            if path.is_file() and path.name.split("-")[0].split(".")[0] in {str(c) for c in checks}:
+                if path.stat().st_size <= MAX_CASE_BYTES:
+                    into[path.name] = path.read_bytes()
+                else:
+                    into[path.name] = b"too large"
+            path.unlink()
+        except OSError:
+            continue
+
+
 def _run_kernel(plan: Plan, spec: LabSpec, jobs: dict[str, list[dict[str, Any]]], opts: GradeOptions,
-                scratch: Path, name: str, deadline: float) -> _KernelLog:
+                scratch: Path, name: str, deadline: float, collected: dict[str, bytes]) -> _KernelLog:
     """Run the plan in one fresh kernel, with a driver cell for each task that has jobs here."""
     log = _KernelLog()
     io = scratch / f"io-{name}"
@@ -147,6 +163,8 @@ def _run_kernel(plan: Plan, spec: LabSpec, jobs: dict[str, list[dict[str, Any]]]
             else:
                 code = step.source
             run = kernel.run(code, min(opts.cell_timeout, left))
+            if step.kind == "driver":  # take the outputs now: no later learner code can touch them
+                _collect(io / "out", {j["check"] for j in jobs[step.task]}, collected)
             where = f"the {step.task} cell" if step.kind == "student" else (
                 f"the {step.task} checks" if step.kind == "driver" else "a course cell")
             if step.kind == "driver":
@@ -154,7 +172,7 @@ def _run_kernel(plan: Plan, spec: LabSpec, jobs: dict[str, list[dict[str, Any]]]
                 if run.status in ("ok", "error") and not (io / f"snap-{step.task}.json").exists():
                     log.tamper.append("the grader's driver")
                 if run.status == "timeout":
-                    log.fail[step.task] = f"timed out after {min(opts.cell_timeout, left):g} s"
+                    log.fail[step.task] = f"timed out after {min(opts.cell_timeout, left):.3g} s"
                 elif run.status == "error":
                     log.fail[step.task] = f"the grading driver failed ({run.one_line()}): was the kernel disturbed?"
             elif step.kind == "student" and run.status in ("error", "timeout") and step.task not in log.notes:
@@ -264,12 +282,12 @@ def grade_file(path: Path, opts: GradeOptions) -> GradeResult:
         for name, members in groups.items():
             if not members:
                 continue
-            io = scratch / f"io-{name}"
             jobs = _jobs(spec, members, cases, scratch / f"cases-{name}")
-            log = _run_kernel(plan, spec, jobs, opts, scratch, name, deadline)
+            collected: dict[str, bytes] = {}
+            log = _run_kernel(plan, spec, jobs, opts, scratch, name, deadline, collected)
             for idx, check in members:
                 logs[idx] = log
-                outcomes[idx] = judge_check(check, idx, cases[idx], io / "out", opts.mem_mb)
+                outcomes[idx] = judge_check(check, idx, cases[idx], collected, opts.mem_mb)
         tamper_names = [n for lg in {id(v): v for v in logs.values()}.values() for n in lg.tamper]
         tamper = _describe_tamper(list(dict.fromkeys(tamper_names))) if tamper_names else ""
         if tamper:

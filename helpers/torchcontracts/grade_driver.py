@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import io
 import json
 import sys
 import types
@@ -143,19 +144,24 @@ def drive(spec_path: str) -> None:
             continue
         call = getattr(lc, job["call"]) if job["call"] else None
         cases = torch.load(job["cases"], weights_only=True)
+        blobs: list[tuple[Path, bytes]] = []  # serialised at once, written after the last learner call
         for n, (label, args) in enumerate(cases):
-            path = out_dir / f"{job['check']}-{n}.pt"
             try:
                 out = call(fn, Case(label, tuple(args))) if call else fn(*args)
                 bad = _unsupported(out)
                 record: dict[str, Any] = {"error": "unsupported", "msg": bad} if bad else {"args": args, "out": out}
             except (Exception, SystemExit) as err:  # the learner's error, one line per case
                 record = _error(err)
+            buf = io.BytesIO()
             try:
-                torch.save(record, path)
-            except Exception as err:  # noqa: BLE001 - e.g. a file too big for the limit
+                torch.save(record, buf)
+            except Exception as err:  # noqa: BLE001 - e.g. an object that cannot be pickled
                 record = {"error": "unsaveable", "msg": f"{type(err).__name__}: {str(err)[:120]}"}
-                torch.save(record, path)
+                buf = io.BytesIO()
+                torch.save(record, buf)
+            blobs.append((out_dir / f"{job['check']}-{n}.pt", buf.getvalue()))
             if "error" in record:
                 break  # like the notebook's checks: the first error ends this check
+        for path, blob in blobs:
+            path.write_bytes(blob)
     snapshot(spec["tag"])

@@ -7,9 +7,9 @@ check's own ``judge`` decides. Hidden checks get generic reasons that never show
 
 from __future__ import annotations
 
+import io
 import math
-from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import torch
 
@@ -71,13 +71,13 @@ def _generic(status: str) -> str:
     return "wrong answer"
 
 
-def _load(path: Path) -> tuple[dict[str, Any] | None, str]:
-    if not path.exists():
+def _load(blob: bytes | None) -> tuple[dict[str, Any] | None, str]:
+    if blob is None:
         return None, "no output was saved for this case (the kernel stopped before it)"
-    if path.stat().st_size > MAX_CASE_BYTES:
-        return None, f"the answer is too large to judge ({path.stat().st_size / 2**20:.0f} MB)"
+    if blob == b"too large":
+        return None, f"the answer is too large to judge (over {MAX_CASE_BYTES // 2**20} MB)"
     try:
-        record = torch.load(path, weights_only=True, map_location="cpu")
+        record = torch.load(io.BytesIO(blob), weights_only=True, map_location="cpu")
     except Exception:  # noqa: BLE001 - anything that is not plain data
         return None, "the answer cannot be loaded safely: return tensors, numbers, tuples, lists, dicts or strings"
     if not isinstance(record, dict):
@@ -85,15 +85,14 @@ def _load(path: Path) -> tuple[dict[str, Any] | None, str]:
     return record, ""
 
 
-def judge_check(check: Check, idx: int, cases: list[Case], out_dir: Path, mem_mb: int) -> CheckOutcome:
-    """Judge one check from the saved case files; reasons of hidden checks stay generic."""
-    missing = out_dir / f"{idx}.missing"
-    if missing.exists():
+def judge_check(check: Check, idx: int, cases: list[Case], saved: Mapping[str, bytes], mem_mb: int) -> CheckOutcome:
+    """Judge one check from the saved case files (name -> bytes); reasons of hidden checks stay generic."""
+    if f"{idx}.missing" in saved:
         return CheckOutcome(check.name, check.task, False,
                             f"`{check.target}` is not defined: keep the function name the task asks for")
     rows: list[Comparison] = []
     for n, case in enumerate(cases):
-        record, problem = _load(out_dir / f"{idx}-{n}.pt")
+        record, problem = _load(saved.get(f"{idx}-{n}.pt"))
         if record is None:
             rows.append(_fail(case.label, problem))
         elif "error" in record:

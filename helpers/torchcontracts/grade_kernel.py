@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import queue
+import re
 import signal
 import subprocess
 import sys
@@ -24,6 +25,7 @@ from .grade_zygote import zygote
 
 __all__ = ["CellRun", "GradingKernel", "describe_exit"]
 
+_SECRET = re.compile(r"TOKEN|SECRET|PASSW|CREDENTIAL|API_?KEY|PRIVATE", re.IGNORECASE)  # never handed to learner code
 OUTPUT_CAP = 4000  # characters of a cell's stdout/stderr kept for feedback; the rest is dropped
 
 # Runs before ipykernel: apply resource limits and keep the scratch folder off the import path.
@@ -82,7 +84,7 @@ class GradingKernel:
         workdir.mkdir(parents=True, exist_ok=True)
         self.conn_file = str(workdir.parent / f"{workdir.name}-kernel.json")
         write_connection_file(self.conn_file, ip="127.0.0.1")
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("JPY_", "PYTEST_"))}
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("JPY_", "PYTEST_")) and not _SECRET.search(k)}
         env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
                    JPY_PARENT_PID=str(os.getpid()), PYDEVD_DISABLE_FILE_VALIDATION="1",
                    MPLBACKEND="Agg", PYTHONDONTWRITEBYTECODE="1")
