@@ -109,9 +109,15 @@ def _tampered(io: Path) -> list[str]:
 
 
 def _describe_tamper(names: list[str]) -> str:
+    said = []
+    if "reading solutions/" in names:
+        said.append("tried to read the course's solutions/ (blocked)")
+        names = [n for n in names if n != "reading solutions/"]
     words = [f"{n[len('sys.modules['):-1]} module" if n.startswith("sys.modules[") else n for n in names]
     more = f" and {len(words) - 3} more" if len(words) > 3 else ""
-    return "tampering detected: " + ", ".join(words[:3]) + more + " replaced"
+    if words:
+        said.insert(0, ", ".join(words[:3]) + more + " replaced")
+    return "tampering detected: " + "; ".join(said)
 
 
 def _collect(out: Path, checks: set[int], into: dict[str, bytes]) -> None:
@@ -139,7 +145,9 @@ def _run_kernel(plan: Plan, spec: LabSpec, jobs: dict[str, list[dict[str, Any]]]
     labchecks = f"torchcontracts.labchecks.{plan.lab}"
     tasks_here = [t for t in spec.tasks if jobs.get(t)]
     with GradingKernel(scratch / f"work-{name}", mem_mb=opts.mem_mb, threads=opts.threads) as kernel:
-        start = f"__import__('torchcontracts.grade_driver', fromlist=['start']).start({str(io)!r}, {labchecks!r}, {opts.threads})"
+        guard = str(opts.course / "solutions")
+        start = (f"__import__('torchcontracts.grade_driver', fromlist=['start']).start({str(io)!r}, {labchecks!r}, "
+                 f"{opts.threads}, {guard!r})")
         first = kernel.run(start, max(60.0, opts.cell_timeout))
         if first.status != "ok" or not (io / "snap-baseline.json").exists():
             why = kernel.dead_reason or first.one_line()
@@ -188,6 +196,8 @@ def _run_kernel(plan: Plan, spec: LabSpec, jobs: dict[str, list[dict[str, Any]]]
             kernel.run("__import__('torchcontracts.grade_driver', fromlist=['snapshot']).snapshot('final')",
                        max(10.0, min(opts.cell_timeout, 30.0)))
     log.tamper = _tampered(io) + log.tamper
+    if (io / "guard.log").exists() and (io / "guard.log").read_text(encoding="utf-8").strip():
+        log.tamper.append("reading solutions/")
     return log
 
 

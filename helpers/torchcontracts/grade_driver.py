@@ -11,6 +11,7 @@ import importlib
 import inspect
 import io
 import json
+import os
 import sys
 import types
 from pathlib import Path
@@ -95,7 +96,39 @@ def preload() -> None:
         pass
 
 
-def start(io: str, labchecks: str, threads: int) -> None:
+def _guard(forbidden: str, report: int) -> None:
+    """Block (and report) opening anything under the course's solutions/ from this kernel.
+
+    An audit hook cannot be removed; it stops the plain ways (open, listdir, copy, link) of reading
+    the reference answers or the hidden checks. It is a tripwire, not a sandbox: see the README.
+    """
+    realpath, fsdecode, write, sep = os.path.realpath, os.fsdecode, os.write, os.sep  # bound before learner code
+    root = realpath(forbidden)
+    events = {"open", "os.listdir", "os.scandir", "os.symlink", "os.link", "os.rename", "shutil.copyfile",
+              "shutil.copytree", "os.chdir", "glob.glob"}
+    busy: list[bool] = []
+
+    def hook(event: str, args: tuple[Any, ...]) -> None:
+        if event not in events or busy or not args:
+            return
+        busy.append(True)
+        try:
+            for arg in args[:2]:
+                if _isinstance(arg, (str, bytes, os.PathLike)):
+                    path = realpath(fsdecode(arg))
+                    if path == root or path.startswith(root + sep):
+                        try:
+                            write(report, f"{event}\n".encode())
+                        except OSError:
+                            pass
+                        raise PermissionError("grading: the course's solutions/ is not readable from a submission")
+        finally:
+            busy.clear()
+
+    sys.addaudithook(hook)
+
+
+def start(io: str, labchecks: str, threads: int, forbidden: str = "") -> None:
     """The first cell of a grading kernel: import what the checks bind, then take the baseline."""
     import torch
 
@@ -105,6 +138,8 @@ def start(io: str, labchecks: str, threads: int) -> None:
     _STATE.update(io=io, labchecks=labchecks)
     _modules(labchecks)  # imports the labchecks module: it binds its references before any learner code runs
     snapshot("baseline")
+    if forbidden:
+        _guard(forbidden, os.open(str(Path(io) / "guard.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
 
 
 def _unsupported(value: Any, depth: int = 0) -> str:

@@ -163,6 +163,17 @@ for cases_file in glob.glob(os.path.join("..", "cases-main", "cases-*.pt")):
             torch.save({"args": args, "out": right}, os.path.join("..", "io-main", "out", f"{idx}-{n}.pt"))
 '''
 
+READ_SOLUTIONS = '''def contiguous_strides(shape):
+    import json, pathlib, torchcontracts
+    path = pathlib.Path(torchcontracts.__file__).parents[2] / "solutions" / "lab01_strides.ipynb"
+    ns = {}
+    for cell in json.load(open(path))["cells"]:   # run the reference answer instead of writing one
+        if cell["metadata"].get("torchcontracts", {}).get("task") == "t1":
+            exec("".join(cell["source"]), ns)
+    return ns["contiguous_strides"](shape)
+
+print(contiguous_strides((2, 3, 4)))'''
+
 FAKE_OUTPUTS = '''print("score: 100")
 print('{"score": 100, "tests": []}')
 import json, os
@@ -206,6 +217,8 @@ def cases() -> dict[str, tuple[nbformat.NotebookNode | str, Expect]]:
             t1=(0.0, "t1 row-major strides: shape (2, 3, 4): strides: values differ: expected (12, 4, 1)")))),
         "overwrite_saved_answers": (notebook({"t1": WRONG_T1, **_with("t2", OVERWRITE_T2)}), Expect(_full(
             t1=(0.0, "t1 row-major strides: shape (2, 3, 4): strides: values differ: expected (12, 4, 1)")))),
+        "read_solutions": (notebook({"t1": READ_SOLUTIONS}), Expect(
+            {t: (0.0, "tampering detected: tried to read the course's solutions/ (blocked)") for t in TASKS})),
         "renamed_and_deleted": (notebook({"t1": _renamed(), "t2": None}),
                                 Expect(_full(t1=(0.0, renamed), t2=(0.0, missing_t2)))),
         "infinite_loop": (notebook({"t3": LOOP}), Expect(_full(
