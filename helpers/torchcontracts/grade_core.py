@@ -90,22 +90,22 @@ class _KernelLog:
     tamper: list[str] = dataclasses.field(default_factory=list)
 
 
-def _tampered(io: Path) -> list[str]:
-    """Names of watched objects whose identity changed after the baseline (in any snapshot)."""
-    base = json.loads((io / "snap-baseline.json").read_text(encoding="utf-8"))
-    changed: list[str] = []
-    for snap in sorted(io.glob("snap-*.json")):
-        if snap.name == "snap-baseline.json":
-            continue
-        try:
-            now = json.loads(snap.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            changed.append("the grader's snapshot file")
-            continue
-        for name, ident in base.items():
-            if now.get(name) != ident and name not in changed:
-                changed.append(name)
-    return changed
+def _take_snapshot(io: Path, tag: str) -> dict[str, int] | None:
+    """Read one identity snapshot the kernel wrote, and delete it (a stale one can never be reused)."""
+    path = io / f"snap-{tag}.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        path.unlink()
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _changed(base: dict[str, int], now: dict[str, int], into: list[str]) -> None:
+    """Add the names whose identity differs from the baseline."""
+    for name, ident in base.items():
+        if now.get(name) != ident and name not in into:
+            into.append(name)
 
 
 def _describe_tamper(names: list[str]) -> str:
@@ -149,13 +149,17 @@ def _run_kernel(plan: Plan, spec: LabSpec, jobs: dict[str, list[dict[str, Any]]]
         start = (f"__import__('torchcontracts.grade_driver', fromlist=['start']).start({str(io)!r}, {labchecks!r}, "
                  f"{opts.threads}, {guard!r})")
         first = kernel.run(start, max(60.0, opts.cell_timeout))
-        if first.status != "ok" or not (io / "snap-baseline.json").exists():
+        base = _take_snapshot(io, "baseline")  # read before any learner code runs
+        if first.status != "ok" or base is None:
             why = kernel.dead_reason or first.one_line()
             for t in tasks_here:
                 log.fail[t] = f"not graded: the grading kernel could not start ({why})"
             return log
         done: set[str] = set()
+        guard_log = io / "guard.log"
         for step in plan.steps:
+            for stale in io.glob("snap-*.json"):  # only a snapshot written during this step counts
+                stale.unlink()
             if step.kind == "driver" and not jobs.get(step.task):
                 continue
             left = deadline - time.monotonic()
@@ -171,13 +175,18 @@ def _run_kernel(plan: Plan, spec: LabSpec, jobs: dict[str, list[dict[str, Any]]]
             else:
                 code = step.source
             run = kernel.run(code, min(opts.cell_timeout, left))
+            if guard_log.exists() and guard_log.stat().st_size and "reading solutions/" not in log.tamper:
+                log.tamper.append("reading solutions/")
             if step.kind == "driver":  # take the outputs now: no later learner code can touch them
                 _collect(io / "out", {j["check"] for j in jobs[step.task]}, collected)
+                snap = _take_snapshot(io, step.task)
+                if snap is not None:
+                    _changed(base, snap, log.tamper)
             where = f"the {step.task} cell" if step.kind == "student" else (
                 f"the {step.task} checks" if step.kind == "driver" else "a course cell")
             if step.kind == "driver":
                 done.add(step.task)
-                if run.status in ("ok", "error") and not (io / f"snap-{step.task}.json").exists():
+                if run.status in ("ok", "error") and snap is None and "the grader's driver" not in log.tamper:
                     log.tamper.append("the grader's driver")
                 if run.status == "timeout":
                     log.fail[step.task] = f"timed out after {min(opts.cell_timeout, left):.3g} s"
@@ -195,9 +204,11 @@ def _run_kernel(plan: Plan, spec: LabSpec, jobs: dict[str, list[dict[str, Any]]]
         if kernel.alive:
             kernel.run("__import__('torchcontracts.grade_driver', fromlist=['snapshot']).snapshot('final')",
                        max(10.0, min(opts.cell_timeout, 30.0)))
-    log.tamper = _tampered(io) + log.tamper
-    if (io / "guard.log").exists() and (io / "guard.log").read_text(encoding="utf-8").strip():
-        log.tamper.append("reading solutions/")
+            final = _take_snapshot(io, "final")
+            if final is not None:
+                _changed(base, final, log.tamper)
+    drivers = [n for n in log.tamper if n == "the grader's driver"]  # said last: the replaced names come first
+    log.tamper = [n for n in log.tamper if n != "the grader's driver"] + drivers
     return log
 
 
