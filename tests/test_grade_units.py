@@ -204,3 +204,12 @@ def test_total_time_limit_stops_the_run_with_a_reason(tmp_path):
     result = grade_file(_write(tmp_path, notebook({"t1": loop})), _opts(total_timeout=4.0, cell_timeout=30.0))
     assert result.score == 0
     assert {t.reason for t in result.tasks} == {"not graded: the total time limit of 4 s ran out"}
+
+
+def test_a_learner_raising_keyboardinterrupt_fails_its_task_only(tmp_path):
+    bad = "def contiguous_strides(shape):\n    raise KeyboardInterrupt\n"
+    result = grade_file(_write(tmp_path, notebook({"t1": bad})), _opts())
+    assert result.problems == [] and result.score == 10
+    t1 = result.tasks[0]
+    assert (t1.score, t1.reason) == (0, "`contiguous_strides` raised KeyboardInterrupt (case: shape (2, 3, 4))")
+    assert t1.checks[1].reason == "failed (no gradable output)"

@@ -180,12 +180,15 @@ def drive(spec_path: str) -> None:
         call = getattr(lc, job["call"]) if job["call"] else None
         cases = torch.load(job["cases"], weights_only=True)
         blobs: list[tuple[Path, bytes]] = []  # serialised at once, written after the last learner call
+        stop = False
         for n, (label, args) in enumerate(cases):
             try:
                 out = call(fn, Case(label, tuple(args))) if call else fn(*args)
                 bad = _unsupported(out)
                 record: dict[str, Any] = {"error": "unsupported", "msg": bad} if bad else {"args": args, "out": out}
-            except (Exception, SystemExit) as err:  # the learner's error, one line per case
+            except KeyboardInterrupt as err:  # the grader's timeout (or the learner's raise): stop driving
+                record, stop = _error(err), True
+            except BaseException as err:  # noqa: BLE001 - the learner's error, one line per case
                 record = _error(err)
             buf = io.BytesIO()
             try:
@@ -199,4 +202,6 @@ def drive(spec_path: str) -> None:
                 break  # like the notebook's checks: the first error ends this check
         for path, blob in blobs:
             path.write_bytes(blob)
+        if stop:
+            break
     snapshot(spec["tag"])

@@ -59,7 +59,7 @@ def _error_status(check: Check, record: dict[str, Any], mem_mb: int) -> str:
         return f"its answer could not be saved ({msg})"
     if check.hidden:
         return f"raised {name}"
-    return f"`{check.target}` raised {name}: {msg}"[:200]
+    return f"`{check.target}` raised {name}: {msg}"[:200] if msg else f"`{check.target}` raised {name}"
 
 
 def _generic(status: str) -> str:
@@ -68,6 +68,8 @@ def _generic(status: str) -> str:
             return "wrong answer" if known == "answered" else known
     if status.startswith(("not implemented", "ran out of memory", "raised ", "returned ")):
         return status.split(":")[0]
+    if status.startswith(("no output was saved", "the answer is too large", "the answer cannot be loaded")):
+        return "no gradable output"
     return "wrong answer"
 
 
