@@ -95,3 +95,14 @@ def test_hidden_cases_and_code_never_reach_the_feedback(batch):
         assert check.name not in text
         for case in check.cases(0):
             assert case.label not in text, case.label
+
+
+def test_hidden_checks_say_what_failed_but_not_where(batch):
+    tasks = {t["id"]: t for t in batch["results"]["bomb_mutate_numpy.ipynb"]["tasks"]}
+    hidden = {tid: [c["reason"] for c in t["checks"] if c["hidden"]] for tid, t in tasks.items()}
+    assert hidden["t2"] == ["failed (returned a numpy.bool)"]
+    assert hidden["t4"] == ["failed (ran out of memory)"]
+    assert hidden["t5"] == ["failed (changed its input in place)"]
+    assert hidden["t1"] == ["passed"]
+    names = [c["name"] for t in tasks.values() for c in t["checks"] if c["hidden"]]
+    assert names == [f"hidden check 1 of t{n}" for n in range(1, 6)]
