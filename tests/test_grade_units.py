@@ -213,3 +213,14 @@ def test_a_learner_raising_keyboardinterrupt_fails_its_task_only(tmp_path):
     t1 = result.tasks[0]
     assert (t1.score, t1.reason) == (0, "`contiguous_strides` raised KeyboardInterrupt (case: shape (2, 3, 4))")
     assert t1.checks[1].reason == "failed (no gradable output)"
+
+
+def test_without_the_fork_server_kernels_launch_plainly_and_deaths_are_still_named(tmp_path):
+    segv = notebook()
+    for cell in segv.cells:
+        if cell.get("metadata", {}).get("torchcontracts", {}).get("task") == "t5":
+            cell.source += "\nimport ctypes\nctypes.string_at(0)"
+    result = grade_file(_write(tmp_path, segv), _opts(fork_server=False))
+    died = "not graded: the kernel died (segmentation fault, SIGSEGV) in the t5 cell"
+    assert [(t.id, t.score, t.reason) for t in result.tasks][3:] == [("t4", 3, "all 2 checks pass"), ("t5", 0, died)]
+    assert result.score == 10 and result.problems == [died]

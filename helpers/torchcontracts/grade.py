@@ -44,6 +44,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, help="case seed (default: a fresh random seed per submission)")
     p.add_argument("--public-only", action="store_true",
                    help="grade public checks only (for a student copy without solutions/)")
+    p.add_argument("--no-fork-server", action="store_true",
+                   help="launch every kernel from scratch (slower; the default forks them from one warm process)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p
 
@@ -80,7 +82,8 @@ def grade_many(paths: list[Path], opts: GradeOptions, jobs: int, progress: bool 
     """
     from tqdm import tqdm
 
-    zygote(wait=False)  # start the fork server while the first submissions are read
+    if opts.fork_server:
+        zygote(wait=False)  # start the fork server while the first submissions are read
     results: dict[Path, GradeResult] = {}
     with tqdm(total=len(paths), desc="grading", unit="nb", disable=not progress, file=sys.stderr) as bar:
         with cf.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
@@ -132,8 +135,10 @@ def cli_main(argv: list[str] | Sequence[str]) -> int:
             return 2
         opts = GradeOptions(course=root, lab=args.lab, cell_timeout=args.cell_timeout, total_timeout=args.timeout,
                             mem_mb=args.mem_mb, seed=args.seed, public_only=args.public_only,
+                            fork_server=not args.no_fork_server,
                             threads=max(1, os.cpu_count() or 1))
-        zygote(wait=False)  # the kernel fork server imports torch while this process reads the course
+        if opts.fork_server:
+            zygote(wait=False)  # the kernel fork server imports torch while this process reads the course
         if args.path.is_dir():
             return _folder(args, opts, root)
         if not args.path.exists():

@@ -37,6 +37,7 @@ class GradeOptions:
     threads: int = 1
     seed: int | None = None
     public_only: bool = False
+    fork_server: bool = True  # fork kernels from one process that imported torch (Linux); False: launch each
 
 
 @dataclasses.dataclass
@@ -144,7 +145,8 @@ def _run_kernel(plan: Plan, spec: LabSpec, jobs: dict[str, list[dict[str, Any]]]
     io.mkdir()
     labchecks = f"torchcontracts.labchecks.{plan.lab}"
     tasks_here = [t for t in spec.tasks if jobs.get(t)]
-    with GradingKernel(scratch / f"work-{name}", mem_mb=opts.mem_mb, threads=opts.threads) as kernel:
+    with GradingKernel(scratch / f"work-{name}", mem_mb=opts.mem_mb, threads=opts.threads,
+                       fork=opts.fork_server) as kernel:
         guard = str(opts.course / "solutions")
         start = (f"__import__('torchcontracts.grade_driver', fromlist=['start']).start({str(io)!r}, {labchecks!r}, "
                  f"{opts.threads}, {guard!r})")

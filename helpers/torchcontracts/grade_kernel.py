@@ -91,7 +91,7 @@ class GradingKernel:
         argv = ["-f", self.conn_file, "--IPKernelApp.log_level=CRITICAL", "--HistoryManager.enabled=False"]
         self.log_path = workdir.parent / f"{workdir.name}-kernel.log"
         self._log: Any = None
-        server = zygote() if fork else None
+        server = zygote() if fork and sys.platform == "linux" else None  # fork after torch: Linux only
         self.proc: Any
         if server is not None:  # fork a kernel that has torch imported already
             env["JPY_PARENT_PID"] = str(server.proc.pid)
