@@ -19,7 +19,7 @@ import torch
 
 from .check import Case, Check, CheckOutcome, LabSpec
 from .grade_judge import MAX_CASE_BYTES, judge_check
-from .grade_kernel import CellRun, GradingKernel
+from .grade_kernel import GradingKernel
 from .grade_source import GradeSetupError, Plan, SubmissionError, identify_lab, lab_spec, plan_run, read_submission
 
 __all__ = ["CheckResult", "GradeOptions", "GradeResult", "TaskResult", "grade_file"]

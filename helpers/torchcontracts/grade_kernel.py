@@ -88,7 +88,8 @@ class GradingKernel:
         env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
                    JPY_PARENT_PID=str(os.getpid()), PYDEVD_DISABLE_FILE_VALIDATION="1",
                    MPLBACKEND="Agg", PYTHONDONTWRITEBYTECODE="1")
-        argv = ["-f", self.conn_file, "--IPKernelApp.log_level=CRITICAL", "--HistoryManager.enabled=False"]
+        argv = ["-f", self.conn_file, "--IPKernelApp.log_level=CRITICAL", "--HistoryManager.enabled=False",
+                "--IPKernelApp.ignore_cwd=True"]  # files the learner writes can never shadow an import
         self.log_path = workdir.parent / f"{workdir.name}-kernel.log"
         self._log: Any = None
         server = zygote() if fork and sys.platform == "linux" else None  # fork after torch: Linux only
