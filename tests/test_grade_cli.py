@@ -109,3 +109,14 @@ def test_public_only_grading_in_a_student_copy_runs_public_checks(student_copy, 
     got = json.loads(out)
     assert got["score"] == 12 and got["problems"] == ["public checks only: hidden checks were not run"]
     assert all(not c["hidden"] for t in got["tasks"] for c in t["checks"])
+
+
+def test_misused_options_get_one_line_errors(capsys, monkeypatch, tmp_path):
+    code, out = grade_here(capsys, monkeypatch, f"labs/{LAB}.ipynb", "--lab", "lab99_nope")
+    assert code == 2 and out.strip().startswith("grade: unknown lab 'lab99_nope': this course has lab01_strides")
+    code, out = grade_here(capsys, monkeypatch, "labs", "--gradescope", str(tmp_path / "r.json"))
+    assert code == 2 and out.strip() == ("grade: --gradescope writes one submission's results; "
+                                         "for a folder use --out gradebook.csv")
+    code, out = grade_here(capsys, monkeypatch, str(tmp_path), cwd=tmp_path)
+    assert code == 2 and out.strip() == ("grade: no course folder found here: run this from the course root "
+                                         "(it holds labs/ and solutions/), or pass --course DIR")

@@ -129,7 +129,11 @@ def cli_main(argv: list[str] | Sequence[str]) -> int:
     try:
         from .labbuild import find_root
 
-        root = (args.course or find_root()).resolve()
+        try:
+            root = (args.course or find_root()).resolve()
+        except FileNotFoundError as err:
+            print(f"grade: {err}, or pass --course DIR")
+            return 2
         if not (root / "labs").is_dir():
             print(f"grade: {root} is not a course folder (it has no labs/): pass --course")
             return 2
@@ -139,7 +143,13 @@ def cli_main(argv: list[str] | Sequence[str]) -> int:
                             threads=max(1, os.cpu_count() or 1))
         if opts.fork_server:
             zygote(wait=False)  # the kernel fork server imports torch while this process reads the course
+        if args.lab and args.lab not in course_labs(root):
+            print(f"grade: unknown lab {args.lab!r}: this course has {', '.join(course_labs(root)) or 'no labs'}")
+            return 2
         if args.path.is_dir():
+            if args.gradescope:
+                print("grade: --gradescope writes one submission's results; for a folder use --out gradebook.csv")
+                return 2
             return _folder(args, opts, root)
         if not args.path.exists():
             print(f"grade: {args.path} does not exist")

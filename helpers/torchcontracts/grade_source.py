@@ -138,8 +138,12 @@ def _hidden_sources(root: Path, lab: str) -> tuple[str, ...]:
 
 def lab_spec(root: Path, lab: str, *, public_only: bool = False) -> LabSpec:
     """A fresh copy of the lab's checks, with the hidden ones registered from ``solutions/``."""
-    module = importlib.import_module(f"torchcontracts.labchecks.{lab}")
-    base: LabSpec = module.lab
+    try:
+        module = importlib.import_module(f"torchcontracts.labchecks.{lab}")
+        base: LabSpec = module.lab
+    except (ImportError, AttributeError) as err:
+        raise GradeSetupError(f"no checks for {lab}: torchcontracts.labchecks.{lab} with `lab = LabSpec(...)` "
+                              f"could not be loaded ({type(err).__name__}: {err})") from None
     spec = copy.copy(base)
     spec.tasks, spec.checks = dict(base.tasks), list(base.checks)
     if not public_only:
