@@ -224,3 +224,12 @@ def test_without_the_fork_server_kernels_launch_plainly_and_deaths_are_still_nam
     died = "not graded: the kernel died (segmentation fault, SIGSEGV) in the t5 cell"
     assert [(t.id, t.score, t.reason) for t in result.tasks][3:] == [("t4", 3, "all 2 checks pass"), ("t5", 0, died)]
     assert result.score == 10 and result.problems == [died]
+
+
+def test_a_pathologically_nested_file_is_just_not_a_notebook(tmp_path):
+    from torchcontracts.grade_source import SubmissionError, read_submission
+
+    path = tmp_path / "deep.ipynb"
+    path.write_text("[" * 200_000)
+    with pytest.raises(SubmissionError, match=r"^not a notebook: the file is not valid JSON"):
+        read_submission(path)

@@ -66,7 +66,7 @@ def read_submission(path: Path) -> nbformat.NotebookNode:
         raise SubmissionError(f"file too large ({len(raw) / 2**20:.0f} MB): clear the outputs and submit again")
     try:
         data = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+    except (UnicodeDecodeError, ValueError, RecursionError) as err:
         where = f" (line {err.lineno}, column {err.colno})" if isinstance(err, json.JSONDecodeError) else ""
         raise SubmissionError(f"not a notebook: the file is not valid JSON{where}; "
                               "download the .ipynb again from Jupyter") from None
