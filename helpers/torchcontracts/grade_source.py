@@ -145,7 +145,8 @@ def lab_spec(root: Path, lab: str, *, public_only: bool = False) -> LabSpec:
         raise GradeSetupError(f"no checks for {lab}: torchcontracts.labchecks.{lab} with `lab = LabSpec(...)` "
                               f"could not be loaded ({type(err).__name__}: {err})") from None
     spec = copy.copy(base)
-    spec.tasks, spec.checks = dict(base.tasks), list(base.checks)
+    # Hidden checks come from solutions/ only, never from whatever the module object holds now.
+    spec.tasks, spec.checks = dict(base.tasks), [c for c in base.checks if not c.hidden]
     if not public_only:
         sources = _hidden_sources(root, lab)
         if not (root / "solutions" / f"{lab}.ipynb").exists():
