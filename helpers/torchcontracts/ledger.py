@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -30,8 +31,10 @@ def execute_notebook(path: Path, *, timeout: int = 600, cwd: Path | None = None)
     """Execute one notebook in a fresh kernel, in memory (the file is not rewritten); return seconds."""
     nb = nbformat.read(path, as_version=4)
     start = time.perf_counter()
+    # The kernel process's own stderr holds only ipykernel's start-up warnings and C-level noise;
+    # cell errors and warnings arrive through Jupyter messages, so nothing a learner needs is lost.
     NotebookClient(nb, timeout=timeout, kernel_name="python3",
-                   resources={"metadata": {"path": str(cwd or path.parent)}}).execute()
+                   resources={"metadata": {"path": str(cwd or path.parent)}}).execute(stderr=subprocess.DEVNULL)
     return time.perf_counter() - start
 
 
