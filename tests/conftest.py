@@ -25,3 +25,28 @@ def root() -> Path:
 
 def read(path: Path) -> nbformat.NotebookNode:
     return nbformat.read(path, as_version=4)
+
+
+def solution_functions(lab_id: str, namespace: dict | None = None) -> dict:
+    """The reference functions of a lab, exec'd from its solution's graded cells (quietly)."""
+    import contextlib
+    import io
+
+    from torchcontracts.labbuild import graded_cells
+    from torchcontracts.labchecks import __name__ as pkg
+
+    spec = __import__(f"{pkg}.{lab_id}", fromlist=["lab"]).lab
+    ns = dict(namespace or {})
+    for cell in graded_cells(read(ROOT / "solutions" / f"{lab_id}.ipynb")).values():
+        with contextlib.redirect_stdout(io.StringIO()):
+            exec(compile(cell.source, f"<{lab_id} cell>", "exec"), ns)
+    return {t.target: ns[t.target] for t in spec.tasks.values()}
+
+
+def checks_by_task(lab_id: str) -> dict:
+    """Public and hidden checks by task, loaded by the grader's own loader. It returns a copy:
+    the module's public `lab` is never changed, so other tests in the process see public checks only."""
+    from torchcontracts.grade_source import lab_spec
+
+    spec = lab_spec(ROOT, lab_id)
+    return {task: spec.checks_for(task) for task in spec.tasks}

@@ -6,7 +6,6 @@ The reference functions and the hidden checks come from ``solutions/lab02_autogr
 
 from __future__ import annotations
 
-import contextlib
 import io
 from typing import Any, Callable
 
@@ -15,36 +14,24 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from conftest import ROOT, read
+from conftest import ROOT, checks_by_task, solution_functions
 from torchcontracts.check import Case, Check
-from torchcontracts.grade_source import lab_spec
-from torchcontracts.labbuild import graded_cells
 from torchcontracts.labchecks.lab02_autograd import build_mlp, lab
 
 SOLUTION = ROOT / "solutions" / "lab02_autograd.ipynb"
 TASKS = ["t1", "t2", "t3", "t4", "t5", "t6"]
 
 
-def _exec_quietly(source: str, ns: dict[str, Any]) -> None:
-    with contextlib.redirect_stdout(io.StringIO()):
-        exec(compile(source, "<lab02 cell>", "exec"), ns)
-
-
 @pytest.fixture(scope="module")
 def ref() -> dict[str, Callable[..., Any]]:
     """The reference functions, exec'd from the solution's graded cells."""
-    ns: dict[str, Any] = {"torch": torch, "nn": nn, "F": F}
-    for cell in graded_cells(read(SOLUTION)).values():
-        _exec_quietly(cell.source, ns)
-    return {t.target: ns[t.target] for t in lab.tasks.values()}
+    return solution_functions(lab.lab_id, {"torch": torch, "nn": nn, "F": F})
 
 
 @pytest.fixture(scope="module")
 def checks() -> dict[str, list[Check]]:
-    """Public and hidden checks by task, loaded by the grader's own loader (a copy: the module's
-    public `lab` is never changed, so other tests in this process still see public checks only)."""
-    spec = lab_spec(ROOT, lab.lab_id)
-    return {task: spec.checks_for(task) for task in spec.tasks}
+    """Public and hidden checks by task, the way the grader loads them."""
+    return checks_by_task(lab.lab_id)
 
 
 def _failures(checks: list[Check], fn: Callable[..., Any], seed: int = 12345) -> list[str]:

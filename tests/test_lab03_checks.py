@@ -7,7 +7,6 @@ The reference functions and the hidden checks come from ``solutions/lab03_memory
 from __future__ import annotations
 
 import contextlib
-import io
 from typing import Any, Callable
 
 import pytest
@@ -15,19 +14,12 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint, checkpoint_sequential
 
-from conftest import ROOT, read
+from conftest import ROOT, checks_by_task, solution_functions
 from torchcontracts.check import Check
-from torchcontracts.grade_source import lab_spec
-from torchcontracts.labbuild import graded_cells
 from torchcontracts.labchecks.lab03_memory import lab, train_leaky
 
 SOLUTION = ROOT / "solutions" / "lab03_memory.ipynb"
 MiB, KiB = 1 << 20, 1 << 10
-
-
-def _exec_quietly(source: str, ns: dict[str, Any]) -> None:
-    with contextlib.redirect_stdout(io.StringIO()):
-        exec(compile(source, "<lab03 cell>", "exec"), ns)
 
 
 @pytest.fixture(scope="module")
@@ -35,19 +27,14 @@ def ref() -> dict[str, Callable[..., Any]]:
     """The reference functions, exec'd from the solution's graded cells."""
     from torchcontracts.labchecks.lab03_memory import make_deep_mlp, make_small_mlp
 
-    ns: dict[str, Any] = {"torch": torch, "nn": torch.nn, "F": F, "checkpoint": checkpoint,
-                          "make_deep_mlp": make_deep_mlp, "make_small_mlp": make_small_mlp}
-    for cell in graded_cells(read(SOLUTION)).values():
-        _exec_quietly(cell.source, ns)
-    return {t.target: ns[t.target] for t in lab.tasks.values()}
+    return solution_functions(lab.lab_id, {"torch": torch, "nn": torch.nn, "F": F, "checkpoint": checkpoint,
+                                           "make_deep_mlp": make_deep_mlp, "make_small_mlp": make_small_mlp})
 
 
 @pytest.fixture(scope="module")
 def checks() -> dict[str, list[Check]]:
-    """Public and hidden checks by task, loaded by the grader's own loader (a copy: the module's
-    public `lab` is never changed, so other tests in this process still see public checks only)."""
-    spec = lab_spec(ROOT, lab.lab_id)
-    return {task: spec.checks_for(task) for task in spec.tasks}
+    """Public and hidden checks by task, the way the grader loads them."""
+    return checks_by_task(lab.lab_id)
 
 
 def _failures(checks: list[Check], fn: Callable[..., Any], hidden: bool | None = None) -> list[str]:
