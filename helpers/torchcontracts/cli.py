@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import csv
 import sys
-from pathlib import Path
 from typing import Sequence
 
 __all__ = ["main"]
