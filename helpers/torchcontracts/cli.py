@@ -68,6 +68,10 @@ def _labs(args: argparse.Namespace) -> int:
 
 
 def _grade(args: argparse.Namespace) -> int:
+    if not {"-h", "--help", "--no-fork-server"} & set(args.rest):
+        from .grade_zygote import zygote
+
+        zygote(wait=False)  # its imports (torch, ipykernel) overlap with this process's own
     try:
         from .grade import cli_main
     except ImportError:
