@@ -40,6 +40,12 @@ class Comparison:
     max_abs_diff: float
     status: str  # "exact", "close", or what is wrong
 
+    @classmethod
+    def plain(cls, name: str, ok: bool, status: str, *, shape: str = "-", dtype: str = "-",
+              strides: str = "-", diff: float = math.nan) -> "Comparison":
+        """A row for an answer that is not a tensor (a bool, a count, a dict) or for a failure with no values."""
+        return cls(name, ok, shape, dtype, strides, diff, status)
+
     def line(self) -> str:
         mark = "PASS" if self.ok else "FAIL"
         diff = "-" if math.isnan(self.max_abs_diff) else f"{self.max_abs_diff:.3g}"
@@ -74,8 +80,8 @@ def compare(
     ``view_of`` demands a zero-copy answer: ``actual`` must share storage with it.
     """
     if not isinstance(actual, torch.Tensor):
-        return Comparison(name, False, "-", "-", "-", math.nan,
-                          f"expected a torch.Tensor, got {type(actual).__name__}")
+        return Comparison.plain(name, False,
+                                f"expected a torch.Tensor, got {type(actual).__name__}")
     shape = _fmt(actual.shape) if actual.shape == expected.shape else \
         f"{_fmt(actual.shape)} != {_fmt(expected.shape)}"
     dtype = str(actual.dtype).replace("torch.", "")
@@ -184,8 +190,8 @@ def _safe_judge(judge: Judge, case: Case, out: Any) -> list[Comparison]:
     try:
         rows = list(judge(case, out))
     except Exception as err:  # a judge must never crash on an odd answer
-        rows = [Comparison(case.label, False, "-", "-", "-", math.nan,
-                           f"answer could not be judged: {type(err).__name__}: {str(err)[:120]}")]
+        rows = [Comparison.plain(case.label, False,
+                                 f"answer could not be judged: {type(err).__name__}: {str(err)[:120]}")]
     return [dataclasses.replace(r, name=f"{case.label}: {r.name}" if r.name else case.label) for r in rows]
 
 

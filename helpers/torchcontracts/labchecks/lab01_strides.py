@@ -29,25 +29,23 @@ def _is_int(v: Any) -> bool:
 
 def compare_value(name: str, actual: Any, expected: Any) -> Comparison:
     """Compare a plain answer (a bool or a tuple of ints) with the truth, never raising."""
-    nan = math.nan
     if isinstance(expected, bool):
         kind = type(actual).__name__
         if not isinstance(actual, bool):
             hint = ": convert with bool(...)" if kind in ("Tensor", "bool_") else ""
-            return Comparison(name, False, "-", kind, "-", nan, f"expected a Python bool, got {kind}{hint}")
+            return Comparison.plain(name, False, f"expected a Python bool, got {kind}{hint}", dtype=kind)
         ok = actual == expected
-        return Comparison(name, ok, "-", "bool", "-", nan,
-                          "exact" if ok else f"answered {actual}, torch says {expected}")
+        return Comparison.plain(name, ok, "exact" if ok else f"answered {actual}, torch says {expected}", dtype="bool")
     if not isinstance(actual, (tuple, list)):
-        return Comparison(name, False, "-", type(actual).__name__, "-", nan,
-                          f"expected a tuple of ints, got {type(actual).__name__}: {str(actual)[:40]}")
+        return Comparison.plain(name, False, f"expected a tuple of ints, got {type(actual).__name__}: {str(actual)[:40]}",
+                                dtype=type(actual).__name__)
     odd = [v for v in actual if not _is_int(v)]
     if odd:
-        return Comparison(name, False, "-", type(odd[0]).__name__, "-", nan,
-                          f"expected Python ints, got a {type(odd[0]).__name__}: convert with int(...)")
+        return Comparison.plain(name, False, f"expected Python ints, got a {type(odd[0]).__name__}: convert with int(...)",
+                                dtype=type(odd[0]).__name__)
     got, want = tuple(actual), tuple(expected)
     if len(got) != len(want):
-        return Comparison(name, False, f"{len(got)} != {len(want)}", "int", str(got), nan,
+        return Comparison(name, False, f"{len(got)} != {len(want)}", "int", str(got), math.nan,
                           f"wrong length: one stride per dim, expected {want}")
     ok = got == want
     diff = float(max((abs(a - b) for a, b in zip(got, want)), default=0))

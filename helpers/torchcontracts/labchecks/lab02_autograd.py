@@ -182,15 +182,14 @@ def ref_sign_ste(x: torch.Tensor) -> torch.Tensor:
 
 
 def _not_a_result(result: Any, what: str) -> list[Comparison]:
-    return [Comparison("result", False, "-", "-", "-", math.nan, f"the check's driver returned {what}: rerun the cell")]
+    return [Comparison.plain("result", False, f"the check's driver returned {what}: rerun the cell")]
 
 
 def _node_rows(result: dict[str, Any]) -> list[Comparison]:
     node = str(result.get("node", "none"))
     if node.startswith("custom:") or node == "none":  # "none" is reported by the gradient rows
         return []
-    return [Comparison("grad_fn", False, "-", "-", "-", math.nan,
-                       f"the output's grad_fn is {node}, a built-in op: compute it in your autograd.Function "
+    return [Comparison.plain("grad_fn", False, f"the output's grad_fn is {node}, a built-in op: compute it in your autograd.Function "
                        "and return Function.apply(...)")]
 
 
@@ -200,25 +199,23 @@ def _backward_rows(result: Any, ref_out: torch.Tensor, ref_grads: list[torch.Ten
         return _not_a_result(result, type(result).__name__)
     out = result["out"]
     if isinstance(out, str):
-        return [Comparison("output", False, "-", out, "-", math.nan, f"expected a torch.Tensor, got {out}")]
+        return [Comparison.plain("output", False, f"expected a torch.Tensor, got {out}", dtype=out)]
     rows = [compare("output", out, ref_out, atol=tol, rtol=tol)]
     rows += _node_rows(result)
     grads = result["grads"]
     if all(g == NO_GRAD for g in grads if isinstance(g, str)) and all(isinstance(g, str) for g in grads):
-        rows.append(Comparison("grads", False, "-", "-", "-", math.nan,
-                               "no gradient reached the inputs: call your Function with .apply(...) and return its output"))
+        rows.append(Comparison.plain("grads", False, "no gradient reached the inputs: call your Function with .apply(...) and return its output"))
         return rows
     for name, g, want in zip(names, grads, ref_grads):
         if isinstance(g, str):
-            rows.append(Comparison(f"grad {name}", False, "-", "-", "-", math.nan, f"{g}: backward returned None for {name}"))
+            rows.append(Comparison.plain(f"grad {name}", False, f"{g}: backward returned None for {name}"))
         else:
             rows.append(compare(f"grad {name}", g, want, atol=tol, rtol=tol))
     after = [a for a in result.get("inputs_after", []) if isinstance(a, torch.Tensor)]
     before = [a for a in args if isinstance(a, torch.Tensor)]
     for a, b in zip(after, before):
         if a.shape != b.shape or not torch.equal(a, b):
-            rows.append(Comparison("inputs", False, "-", "-", "-", math.nan,
-                                   "your Function changed an input in place: work on a copy (x - m, not x.sub_(m))"))
+            rows.append(Comparison.plain("inputs", False, "your Function changed an input in place: work on a copy (x - m, not x.sub_(m))"))
             break
     return rows
 
@@ -244,7 +241,7 @@ def judge_passed(case: Case, result: Any) -> list[Comparison]:
     if not isinstance(result, dict) or "passed" not in result:
         return _not_a_result(result, type(result).__name__)
     ok = result["passed"] is True
-    return [Comparison("gradcheck", ok, "-", "-", "-", math.nan, "passed" if ok else str(result.get("message", ""))[:160])]
+    return [Comparison.plain("gradcheck", ok, "passed" if ok else str(result.get("message", ""))[:160])]
 
 
 def judge_double_backward(case: Case, result: Any, tol: float = 1e-7) -> list[Comparison]:
@@ -257,17 +254,16 @@ def judge_double_backward(case: Case, result: Any, tol: float = 1e-7) -> list[Co
     if not isinstance(result, dict) or "out" not in result:
         return _not_a_result(result, type(result).__name__)
     if isinstance(result["out"], str):
-        return [Comparison("output", False, "-", result["out"], "-", math.nan, f"expected a torch.Tensor, got {result['out']}")]
+        return [Comparison.plain("output", False, f"expected a torch.Tensor, got {result['out']}", dtype=result["out"])]
     rows = [compare("output", result["out"], out.detach(), atol=tol, rtol=tol)]
     rows += _node_rows(result)
     if "grad" not in result:
-        rows.append(Comparison("grad", False, "-", "-", "-", math.nan,
-                               "the output does not require grad: call your Function with .apply(...)"))
+        rows.append(Comparison.plain("grad", False, "the output does not require grad: call your Function with .apply(...)"))
         return rows
     rows.append(compare("grad", result["grad"], g.detach(), atol=tol, rtol=tol))
     g2_out = result.get("grad2")
     if isinstance(g2_out, str):
-        rows.append(Comparison("second derivative", False, "-", "-", "-", math.nan, g2_out))
+        rows.append(Comparison.plain("second derivative", False, g2_out))
     else:
         rows.append(compare("second derivative", g2_out, g2, atol=tol, rtol=tol))
     return rows
@@ -283,13 +279,12 @@ def judge_monitor(case: Case, result: Any, tol: float = 1e-6) -> list[Comparison
         return _not_a_result(result, type(result).__name__)
     norms = result["norms"]
     if not isinstance(norms, dict):
-        return [Comparison("norms", False, "-", str(norms), "-", math.nan, f"expected a dict name -> norm, got {norms}")]
+        return [Comparison.plain("norms", False, f"expected a dict name -> norm, got {norms}", dtype=str(norms))]
     rows = []
     missing = sorted(set(want) - set(norms))
     extra = sorted(set(norms) - set(want))
     if missing or extra:
-        rows.append(Comparison("names", False, "-", "-", "-", math.nan,
-                               f"keys should be model.named_parameters() names; missing {missing}, unexpected {extra}"))
+        rows.append(Comparison.plain("names", False, f"keys should be model.named_parameters() names; missing {missing}, unexpected {extra}"))
     for name in sorted(set(want) & set(norms)):
         got = norms[name]
         if isinstance(got, (int, float)) and not isinstance(got, bool):
@@ -299,8 +294,7 @@ def judge_monitor(case: Case, result: Any, tol: float = 1e-6) -> list[Comparison
         rows.append(compare(f"norm {name}", got, want[name], atol=tol, rtol=tol))
     left = result.get("hooks_left", 0)
     if left:
-        rows.append(Comparison("hooks", False, "-", "-", "-", math.nan,
-                               f"{left} hook(s) still registered after the call: keep the handles and .remove() them"))
+        rows.append(Comparison.plain("hooks", False, f"{left} hook(s) still registered after the call: keep the handles and .remove() them"))
     return rows
 
 

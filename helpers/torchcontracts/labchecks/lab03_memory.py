@@ -64,10 +64,6 @@ def _weights(model: nn.Module) -> list[torch.Tensor]:
     return [w.detach().clone() for w in model.state_dict().values()]
 
 
-def _row(name: str, ok: bool, shown: str, status: str, diff: float = math.nan) -> Comparison:
-    return Comparison(name, ok, "-", "-", shown, diff, status)
-
-
 # --- t1 checkpointed_loss(model, x, y) under a saved-activation budget -------------------------
 
 def _t1_case(label: str, seed: int, batch: int, budget_acts: int) -> Case:
@@ -98,8 +94,8 @@ def measure_step(fn: Callable[..., Any], case: Case) -> dict[str, Any]:
 def _t1_judge(case: Case, out: Any) -> list[Comparison]:
     weights, x, y, budget = case.args
     saved = int(out["saved_bytes"])
-    rows = [_row("saved bytes", saved <= budget, f"{saved} <= {budget}",
-                 "within budget" if saved <= budget else
+    rows = [Comparison.plain("saved bytes", saved <= budget, strides=f"{saved} <= {budget}",
+                 status="within budget" if saved <= budget else
                  f"saves {saved} B ({int(out['saved_count'])} activations) > budget {budget} B: checkpoint larger segments "
                  "(checkpoint_sequential leaves its last segment un-checkpointed)")]
     model = make_deep_mlp(weights)
@@ -108,7 +104,7 @@ def _t1_judge(case: Case, out: Any) -> list[Comparison]:
     rows.append(compare("loss", out["loss"], loss.detach(), atol=1e-6, rtol=1e-5))
     grads = out["grads"]
     if len(grads) != len(list(model.parameters())):
-        return rows + [_row("grads", False, str(len(grads)), "one gradient per parameter expected")]
+        return rows + [Comparison.plain("grads", False, strides=str(len(grads)), status="one gradient per parameter expected")]
     for i, (g, p) in enumerate(zip(grads, model.parameters())):
         rows.append(compare(f"grad {i}", g, p.grad, atol=1e-6, rtol=1e-4))
     return rows
@@ -198,11 +194,11 @@ def _growth_rows(out: dict[str, Any]) -> list[Comparison]:
     for key, what in (("held", "bytes held by the returned history"), ("leaked", "bytes still alive after it is dropped")):
         a, b = (int(v) for v in out[key])
         grow = b - a
-        rows.append(_row(what, grow <= GROWTH_LIMIT, f"{a} -> {b}",
-                         "does not grow" if grow <= GROWTH_LIMIT else
+        rows.append(Comparison.plain(what, grow <= GROWTH_LIMIT, strides=f"{a} -> {b}",
+                         status="does not grow" if grow <= GROWTH_LIMIT else
                          f"grows by {grow} B when the run doubles: something still holds tensors or graphs "
                          "(log Python floats with .item())",
-                         float(grow)))
+                         diff=float(grow)))
     return rows
 
 
@@ -241,17 +237,17 @@ def _t3_cases(seed: int) -> list[Case]:
 def _t3_rows(out: Any, which: int) -> list[Comparison]:
     want = model_answer()
     if not isinstance(out, (tuple, list)) or len(out) != len(want):
-        return [_row("answer", False, str(out)[:40], "return a tuple of 3 (reserved, allocated) pairs of ints")]
+        return [Comparison.plain("answer", False, strides=str(out)[:40], status="return a tuple of 3 (reserved, allocated) pairs of ints")]
     rows = []
     for name, got, exp in zip(TRACES, out, want):
         label = f"trace {name} {'reserved' if which == 0 else 'allocated'}"
         if not isinstance(got, (tuple, list)) or len(got) != 2 or not all(_int(v) for v in got):
-            rows.append(_row(label, False, str(got)[:40], "each answer is a pair of Python ints (bytes)"))
+            rows.append(Comparison.plain(label, False, strides=str(got)[:40], status="each answer is a pair of Python ints (bytes)"))
             continue
         ok = got[which] == exp[which]
-        rows.append(_row(label, ok, str(got[which]), "exact" if ok else
+        rows.append(Comparison.plain(label, ok, strides=str(got[which]), status="exact" if ok else
                          f"the allocator says {exp[which]} B ({exp[which] / 2**20:.3g} MiB)",
-                         float(abs(got[which] - exp[which]))))
+                         diff=float(abs(got[which] - exp[which]))))
     return rows
 
 
