@@ -90,3 +90,14 @@ def test_labs_check_passes_for_a_student_copy_without_solutions(tmp_path):
     course = _copy_course(tmp_path)
     shutil.rmtree(course / "solutions")
     assert check_all(course) == []
+
+
+@pytest.mark.parametrize("line", ["from torchcontracts.labchecks.labXX_demo import lab",
+                                  "from torchcontracts.labchecks.labXX_demo import (helper,\n    lab)",
+                                  "L.lab.add_hidden(check)"])
+def test_build_rejects_hidden_cells_that_import_lab_instead_of_using_the_one_given(line):
+    """Such a cell registers on the module's object, so the grader (which passes its own copy) would miss it."""
+    sol = _solution()
+    sol.cells[3].source = sol.cells[3].source.replace("SECRET_CASES = [7]", line)
+    with pytest.raises(LabFormatError, match="must use the `lab` it is given"):
+        build_lab(sol, "labXX_demo.ipynb")

@@ -13,7 +13,6 @@ import functools
 import importlib
 import json
 import re
-import threading
 from pathlib import Path
 
 import nbformat
@@ -24,8 +23,7 @@ from .labbuild import META, build_lab, hidden_check_sources
 __all__ = ["GradeSetupError", "Plan", "Step", "SubmissionError", "course_labs", "identify_lab",
            "lab_spec", "plan_run", "read_submission"]
 
-MAX_BYTES = 50 * 2**20
-_SPEC_LOCK = threading.Lock()  # a notebook bigger than this is not a lab submission
+MAX_BYTES = 50 * 2**20  # a notebook bigger than this is not a lab submission
 
 
 class SubmissionError(ValueError):
@@ -152,26 +150,21 @@ def lab_spec(root: Path, lab: str, *, public_only: bool = False) -> LabSpec:
         if not (root / "solutions" / f"{lab}.ipynb").exists():
             raise GradeSetupError(f"hidden checks unavailable: grading needs solutions/{lab}.ipynb "
                                   "(or pass --public-only to grade the public checks only)")
-        with _SPEC_LOCK:  # grading threads take turns: the module attribute is swapped for a moment
-            _register_hidden(module, base, spec, sources, lab)
+        _register_hidden(spec, sources, lab)
     for check in spec.checks:
         _validate(check, module.__name__, module)
     return spec
 
 
-def _register_hidden(module: object, base: LabSpec, spec: LabSpec, sources: tuple[str, ...], lab: str) -> None:
-    """Exec the hidden-check cells with ``lab`` (and ``module.lab``) bound to this grading's copy."""
-    module.lab = spec  # type: ignore[attr-defined]  # a hidden cell may import `lab` from the module
-    try:
-        for n, src in enumerate(sources):
-            namespace = {"lab": spec, "__grading__": True, "__name__": f"hidden_{lab}_{n}"}
-            try:
-                exec(compile(src, f"<hidden checks {n + 1} of {lab}>", "exec"), namespace)  # noqa: S102
-            except Exception as err:  # noqa: BLE001 - a broken course cell, said in one line
-                raise GradeSetupError(f"solutions/{lab}.ipynb: hidden-check cell {n + 1} failed: "
-                                      f"{type(err).__name__}: {err}") from None
-    finally:
-        module.lab = base  # type: ignore[attr-defined]
+def _register_hidden(spec: LabSpec, sources: tuple[str, ...], lab: str) -> None:
+    """Exec the hidden-check cells with ``lab`` bound to this grading's copy (never the module's)."""
+    for n, src in enumerate(sources):
+        namespace = {"lab": spec, "__grading__": True, "__name__": f"hidden_{lab}_{n}"}
+        try:
+            exec(compile(src, f"<hidden checks {n + 1} of {lab}>", "exec"), namespace)  # noqa: S102
+        except Exception as err:  # noqa: BLE001 - a broken course cell, said in one line
+            raise GradeSetupError(f"solutions/{lab}.ipynb: hidden-check cell {n + 1} failed: "
+                                  f"{type(err).__name__}: {err}") from None
 
 
 def _validate(check: Check, module_name: str, module: object) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import importlib
+import re
 from pathlib import Path
 
 import nbformat
@@ -26,6 +27,10 @@ __all__ = ["LabCell", "build_lab", "build_all", "check_all", "graded_cells", "hi
 
 BEGIN_SOLUTION, END_SOLUTION = "### BEGIN SOLUTION", "### END SOLUTION"
 BEGIN_HIDDEN, END_HIDDEN = "### BEGIN HIDDEN CHECKS", "### END HIDDEN CHECKS"
+# A hidden cell that imports `lab` would register its checks on the module's object, which the
+# grader never reads: it must use the `lab` it is given (the notebook's, or the grader's copy).
+_IMPORTS_LAB = re.compile(r"from\s+torchcontracts\.labchecks\S*\s+import\s*(?:\([^)]*|[^\n(]*)\blab\b(?!\w)"
+                          r"|\w+\.lab\.add_hidden")
 META = "torchcontracts"
 
 
@@ -106,6 +111,8 @@ def build_lab(solution: nbformat.NotebookNode, source_name: str) -> nbformat.Not
         if has_hidden:
             if END_HIDDEN not in src:
                 raise LabFormatError(f"{where}: {BEGIN_HIDDEN} is never closed")
+            if _IMPORTS_LAB.search(src):
+                raise LabFormatError(f"{where}: a hidden-check cell must use the `lab` it is given, not import it")
             continue
         if role == "solution":
             task, cid = meta.get("task"), meta.get("id")
