@@ -51,7 +51,7 @@ def _timed(cmd: list[str], cwd: Path) -> tuple[float, subprocess.CompletedProces
 
 
 def bench_one(work: Path) -> None:
-    from torchcontracts.grade_core import GradeOptions, grade_file
+    from torchcontracts.grading.run import GradeOptions, grade_file
 
     sub = work / "one.ipynb"
     sub.write_text(nbformat.writes(_solution_submission()))

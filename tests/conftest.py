@@ -46,7 +46,7 @@ def solution_functions(lab_id: str, namespace: dict | None = None) -> dict:
 def checks_by_task(lab_id: str) -> dict:
     """Public and hidden checks by task, loaded by the grader's own loader. It returns a copy:
     the module's public `lab` is never changed, so other tests in the process see public checks only."""
-    from torchcontracts.grade_source import lab_spec
+    from torchcontracts.grading.plan import lab_spec
 
     spec = lab_spec(ROOT, lab_id)
     return {task: spec.checks_for(task) for task in spec.tasks}

@@ -85,7 +85,7 @@ def test_kernel_noise_and_tracebacks_stay_out_of_the_output(batch):
 
 
 def test_hidden_cases_and_code_never_reach_the_feedback(batch):
-    from torchcontracts.grade_source import lab_spec
+    from torchcontracts.grading.plan import lab_spec
 
     spec = lab_spec(ROOT, LAB)
     hidden = [c for c in spec.checks if c.hidden]

@@ -15,9 +15,10 @@ import torch
 
 from submissions.adversarial import LAB, TASKS, notebook
 from torchcontracts.check import Case, Check, compare
-from torchcontracts.grade_core import GradeOptions, grade_file
-from torchcontracts.grade_judge import judge_check, same_inputs
-from torchcontracts.grade_source import identify_lab, lab_spec, plan_run
+from torchcontracts.grading.run import GradeOptions, grade_file
+from torchcontracts.grading.judge import judge_check, same_inputs
+from torchcontracts.grading.plan import lab_spec, plan_run
+from torchcontracts.grading.submission import identify_lab
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -112,7 +113,7 @@ def test_hidden_checks_live_only_in_solutions(tmp_path):
     for path in package.rglob("*"):
         if path.is_file() and path.suffix in (".py", ".csv", ".json", ".txt"):
             text = path.read_text(errors="ignore")
-            if path.name != "labbuild.py":  # the builder defines the marker it strips
+            if path.name != "labformat.py":  # the lab format defines the marker the builder strips
                 assert "BEGIN HIDDEN" not in text, path
             for word in words:
                 assert word not in text and word not in lab_text, (word, path)
@@ -159,7 +160,7 @@ def test_fresh_kernel_checks_run_in_their_own_kernel_after_the_labchecks_import(
     cell = nbformat.v4.new_code_cell(FRESH_CELL, metadata={"torchcontracts": {"role": "hidden-check"}})
     sol.cells.append(cell)
     nbformat.write(sol, course / "solutions" / f"{LAB}.ipynb")
-    import torchcontracts.grade_core as core
+    import torchcontracts.grading.run as core
 
     runs: list[list[str]] = []
     real = core.GradingKernel
@@ -181,13 +182,13 @@ def test_fresh_kernel_checks_run_in_their_own_kernel_after_the_labchecks_import(
     assert all(c.ok for c in t1.checks) and t1.reason == "all 3 checks pass"
     assert len(runs) == 2
     fresh = runs[1]
-    assert "grade_driver', fromlist=['start'])" in fresh[0] and "lab01_strides" in fresh[0]
+    assert "grading.driver', fromlist=['start'])" in fresh[0] and "lab01_strides" in fresh[0]
     assert sum("fromlist=['drive']" in code for code in fresh) == 1  # only the fresh check's task
 
 
 @pytest.mark.parametrize("patch, reason", [
-    ("import torchcontracts.grade_driver as g\ng.drive = lambda path: None",
-     "tampering detected: torchcontracts.grade_driver.drive, the grader's driver replaced"),
+    ("import torchcontracts.grading.driver as g\ng.drive = lambda path: None",
+     "tampering detected: torchcontracts.grading.driver.drive, the grader's driver replaced"),
     ("import sys, types\nsys.modules['torchcontracts.check'] = types.ModuleType('torchcontracts.check')",
      "tampering detected: torchcontracts.check module replaced"),
 ], ids=["driver", "sys.modules"])
@@ -227,7 +228,7 @@ def test_without_the_fork_server_kernels_launch_plainly_and_deaths_are_still_nam
 
 
 def test_a_pathologically_nested_file_is_just_not_a_notebook(tmp_path):
-    from torchcontracts.grade_source import SubmissionError, read_submission
+    from torchcontracts.grading.submission import SubmissionError, read_submission
 
     path = tmp_path / "deep.ipynb"
     path.write_text("[" * 200_000)

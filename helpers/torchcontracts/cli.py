@@ -19,7 +19,7 @@ def _doctor(args: argparse.Namespace) -> int:
 
 
 def _ledger(args: argparse.Namespace) -> int:
-    from .labbuild import find_root
+    from .labformat import find_root
     from .ledger import COLUMNS, build_ledger
 
     root = find_root()
@@ -69,11 +69,11 @@ def _labs(args: argparse.Namespace) -> int:
 
 def _grade(args: argparse.Namespace) -> int:
     if not {"-h", "--help", "--no-fork-server"} & set(args.rest):
-        from .grade_zygote import zygote
+        from .grading.forkserver import zygote
 
         zygote(wait=False)  # its imports (torch, ipykernel) overlap with this process's own
     try:
-        from .grade import cli_main
+        from .grading.cli import cli_main
     except ImportError:
         print("grade: the grader is not installed in this version of torchcontracts")
         return 1

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 # checkpoint(use_reentrant=False) imports torch._dynamo on first use, and that import rebinds torch.manual_seed.
-# Importing it here, before any learner code runs, keeps the grader's identity baseline (grade_driver) stable.
+# Importing it here, before any learner code runs, keeps the grader's identity baseline (grading.driver) stable.
 
 from torchcontracts.alloc_viz import replay
 from torchcontracts.check import Case, Check, Comparison, LabSpec, Task, compare

@@ -1,4 +1,4 @@
-"""Read a submission safely, tell which lab it is, and rebuild the graded run from the course's own cells.
+"""The run plan: rebuild the graded run of a submission from the course's own cells, and load the lab's checks.
 
 Only the learner's solution cells (matched by their stable metadata id) come from the submission;
 every other cell comes from ``labs/<lab>.ipynb``, and hidden checks come from ``solutions/`` only.
@@ -11,27 +11,18 @@ import copy
 import dataclasses
 import functools
 import importlib
-import json
 import re
 from pathlib import Path
 
 import nbformat
 
-from .check import Check, LabSpec
-from .labbuild import META, build_lab, hidden_check_sources
+from ..check import Check, LabSpec
+from ..labbuild import build_lab
+from ..labformat import cell_meta, hidden_check_sources
+from .submission import GradeSetupError
 
-__all__ = ["GradeSetupError", "Plan", "Step", "SubmissionError", "course_labs", "identify_lab",
-           "lab_spec", "plan_run", "read_submission"]
+__all__ = ["Plan", "Step", "lab_spec", "plan_run"]
 
-MAX_BYTES = 50 * 2**20  # a notebook bigger than this is not a lab submission
-
-
-class SubmissionError(ValueError):
-    """This submission cannot be graded; the message is the one-line reason for the gradebook."""
-
-
-class GradeSetupError(RuntimeError):
-    """The course itself is not ready for grading (missing lab, stale labs/, no solutions/)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,68 +41,6 @@ class Plan:
     lab: str
     steps: tuple[Step, ...]
     missing: frozenset[str]
-
-
-def read_submission(path: Path) -> nbformat.NotebookNode:
-    """Load a notebook without trusting it; raise ``SubmissionError`` with a one-line reason."""
-    try:
-        raw = path.read_bytes()
-    except OSError as err:
-        raise SubmissionError(f"cannot read the file: {err.strerror or err}") from None
-    if not raw.strip():
-        raise SubmissionError("empty file: the submission has no content; download the notebook again from Jupyter")
-    if len(raw) > MAX_BYTES:
-        raise SubmissionError(f"file too large ({len(raw) / 2**20:.0f} MB): clear the outputs and submit again")
-    try:
-        data = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError) as err:
-        where = f" (line {err.lineno}, column {err.colno})" if isinstance(err, json.JSONDecodeError) else ""
-        raise SubmissionError(f"not a notebook: the file is not valid JSON{where}; "
-                              "download the .ipynb again from Jupyter") from None
-    if not isinstance(data, dict) or "cells" not in data and "worksheets" not in data:
-        raise SubmissionError("not a notebook: the JSON has no cells; submit the .ipynb file Jupyter saved")
-    if data.get("nbformat") != 4:
-        raise SubmissionError(f"unsupported notebook format nbformat {data.get('nbformat')!r}: "
-                              "open it in Jupyter 4+ and save it again (nbformat 4)")
-    if not isinstance(data.get("cells"), list) or not data["cells"]:
-        raise SubmissionError("empty notebook: it has no cells; submit the lab notebook you worked in")
-    try:
-        return nbformat.from_dict(data)
-    except Exception as err:  # noqa: BLE001 - any odd structure gets one line
-        raise SubmissionError(f"not a notebook: {type(err).__name__}") from None
-
-
-def course_labs(root: Path) -> list[str]:
-    """The labs this course can grade: one per ``labs/<lab>.ipynb``."""
-    return sorted(p.stem for p in (root / "labs").glob("lab*.ipynb"))
-
-
-def _cell_meta(cell: dict) -> dict:
-    meta = cell.get("metadata", {}).get(META, {})
-    return meta if isinstance(meta, dict) else {}
-
-
-def identify_lab(nb: nbformat.NotebookNode, path: Path, root: Path, expected: str | None = None) -> tuple[str, str]:
-    """Return (lab id, note); the note says how the lab was guessed when the metadata lacks it."""
-    labs = course_labs(root)
-    here = ", ".join(labs) or "none (labs/ is empty)"
-    meta = nb.metadata.get(META, {}) if isinstance(nb.metadata.get(META, {}), dict) else {}
-    lab, note = meta.get("lab"), ""
-    if not isinstance(lab, str) or not lab:
-        ids = {str(_cell_meta(c).get("id", "")).split("/")[0] for c in nb.cells} - {""}
-        by_name = [x for x in labs if x in path.name or x.split("_")[0] == path.name.split("_")[0]]
-        if len(ids) == 1:
-            lab, note = ids.pop(), "lab identified from its cell ids (notebook metadata lacks torchcontracts.lab)"
-        elif len(by_name) == 1:
-            lab, note = by_name[0], "lab guessed from the file name (notebook metadata lacks torchcontracts.lab)"
-        else:
-            raise SubmissionError("cannot tell which lab this is: no torchcontracts.lab in its metadata and no "
-                                  f"lab cells; labs here: {here}")
-    if expected and lab != expected:
-        raise SubmissionError(f"wrong lab: this is the notebook of {lab}, expected {expected}")
-    if lab not in labs:
-        raise SubmissionError(f"unknown lab {lab!r}: this course has {here}")
-    return lab, note
 
 
 @functools.lru_cache(maxsize=None)
@@ -229,7 +158,7 @@ def plan_run(root: Path, lab: str, nb: nbformat.NotebookNode, tasks: list[str]) 
     course = _course_lab(root, lab)
     mine: dict[str, list[str]] = {}
     for cell in nb.cells:
-        meta = _cell_meta(cell)
+        meta = cell_meta(cell)
         if cell.get("cell_type") == "code" and meta.get("role") == "solution" and isinstance(meta.get("id"), str):
             src = cell.get("source", "")
             mine.setdefault(meta["id"], []).append("".join(src) if isinstance(src, list) else str(src))
@@ -239,7 +168,7 @@ def plan_run(root: Path, lab: str, nb: nbformat.NotebookNode, tasks: list[str]) 
     for cell in course.cells:
         if cell.cell_type != "code":
             continue
-        meta = _cell_meta(cell)
+        meta = cell_meta(cell)
         if meta.get("role") == "solution":
             task = meta.get("task", "")
             for src in mine.get(meta.get("id"), []):

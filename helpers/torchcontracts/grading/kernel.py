@@ -21,7 +21,7 @@ from typing import Any
 from jupyter_client.blocking import BlockingKernelClient
 from jupyter_client.connect import write_connection_file
 
-from .grade_zygote import zygote
+from .forkserver import zygote
 
 __all__ = ["CellRun", "GradingKernel", "describe_exit"]
 

@@ -20,10 +20,11 @@ import warnings
 from pathlib import Path
 from typing import Sequence
 
-from .grade_core import GradeOptions, GradeResult, grade_file
-from .grade_report import gradebook_row, gradescope, render, to_json
-from .grade_source import GradeSetupError, SubmissionError, course_labs, identify_lab, lab_spec, read_submission
-from .grade_zygote import zygote
+from .run import GradeOptions, GradeResult, grade_file
+from .report import gradebook_row, gradescope, render, to_json
+from .plan import lab_spec
+from .submission import GradeSetupError, SubmissionError, course_labs, identify_lab, read_submission
+from .forkserver import zygote
 
 __all__ = ["cli_main", "grade_many"]
 
@@ -127,7 +128,7 @@ def cli_main(argv: list[str] | Sequence[str]) -> int:
     warnings.filterwarnings("ignore")
     args = _parser().parse_args(list(argv))
     try:
-        from .labbuild import find_root
+        from ..labformat import find_root
 
         try:
             root = (args.course or find_root()).resolve()

@@ -17,10 +17,11 @@ from typing import Any
 
 import torch
 
-from .check import Case, Check, CheckOutcome, LabSpec
-from .grade_judge import MAX_CASE_BYTES, judge_check
-from .grade_kernel import GradingKernel
-from .grade_source import GradeSetupError, Plan, SubmissionError, identify_lab, lab_spec, plan_run, read_submission
+from ..check import Case, Check, CheckOutcome, LabSpec
+from .judge import MAX_CASE_BYTES, judge_check
+from .kernel import GradingKernel
+from .plan import Plan, lab_spec, plan_run
+from .submission import GradeSetupError, SubmissionError, identify_lab, read_submission
 
 __all__ = ["CheckResult", "GradeOptions", "GradeResult", "TaskResult", "grade_file"]
 
@@ -148,7 +149,7 @@ def _run_kernel(plan: Plan, spec: LabSpec, jobs: dict[str, list[dict[str, Any]]]
     with GradingKernel(scratch / f"work-{name}", mem_mb=opts.mem_mb, threads=opts.threads,
                        fork=opts.fork_server) as kernel:
         guard = str(opts.course / "solutions")
-        start = (f"__import__('torchcontracts.grade_driver', fromlist=['start']).start({str(io)!r}, {labchecks!r}, "
+        start = (f"__import__('torchcontracts.grading.driver', fromlist=['start']).start({str(io)!r}, {labchecks!r}, "
                  f"{opts.threads}, {guard!r})")
         first = kernel.run(start, max(60.0, opts.cell_timeout))
         base = _take_snapshot(io, "baseline")  # read before any learner code runs
@@ -173,7 +174,7 @@ def _run_kernel(plan: Plan, spec: LabSpec, jobs: dict[str, list[dict[str, Any]]]
             if step.kind == "driver":
                 spec_path = io / f"jobs-{step.task}.json"
                 spec_path.write_text(json.dumps({"tag": step.task, "jobs": jobs[step.task]}), encoding="utf-8")
-                code = f"__import__('torchcontracts.grade_driver', fromlist=['drive']).drive({str(spec_path)!r})"
+                code = f"__import__('torchcontracts.grading.driver', fromlist=['drive']).drive({str(spec_path)!r})"
             else:
                 code = step.source
             run = kernel.run(code, min(opts.cell_timeout, left))
@@ -204,7 +205,7 @@ def _run_kernel(plan: Plan, spec: LabSpec, jobs: dict[str, list[dict[str, Any]]]
                         log.fail.setdefault(t, f"not graded: {why} in {where}")
                 break
         if kernel.alive:
-            kernel.run("__import__('torchcontracts.grade_driver', fromlist=['snapshot']).snapshot('final')",
+            kernel.run("__import__('torchcontracts.grading.driver', fromlist=['snapshot']).snapshot('final')",
                        max(10.0, min(opts.cell_timeout, 30.0)))
             final = _take_snapshot(io, "final")
             if final is not None:

@@ -13,7 +13,7 @@ from typing import Any, Mapping
 
 import torch
 
-from .check import Case, Check, CheckOutcome, Comparison, _safe_judge, outcome_from_rows
+from ..check import Case, Check, CheckOutcome, Comparison, _safe_judge, outcome_from_rows
 
 __all__ = ["judge_check", "same_inputs"]
 

@@ -20,8 +20,8 @@ __all__ = ["ForkedKernel", "Zygote", "zygote"]
 
 _SERVER = r"""
 import json, os, resource, select, signal, sys
-import ipykernel.kernelapp, IPython, torch, torchcontracts.grade_driver, torchcontracts.check  # paid once
-torchcontracts.grade_driver.preload()
+import ipykernel.kernelapp, IPython, torch, torchcontracts.grading.driver, torchcontracts.check  # paid once
+torchcontracts.grading.driver.preload()
 rd, wr = os.pipe()
 os.set_blocking(wr, False)
 signal.set_wakeup_fd(wr)

@@ -1,0 +1,83 @@
+"""The submission reader: load a notebook without trusting it, and tell which lab it is.
+
+Every problem becomes a ``SubmissionError`` whose message is the one-line reason a learner sees.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import nbformat
+
+from ..labformat import cell_meta, notebook_lab
+
+__all__ = ["GradeSetupError", "SubmissionError", "course_labs", "identify_lab", "read_submission"]
+
+MAX_BYTES = 50 * 2**20  # a notebook bigger than this is not a lab submission
+
+
+class SubmissionError(ValueError):
+    """This submission cannot be graded; the message is the one-line reason for the gradebook."""
+
+
+class GradeSetupError(RuntimeError):
+    """The course itself is not ready for grading (missing lab, stale labs/, no solutions/)."""
+
+
+def read_submission(path: Path) -> nbformat.NotebookNode:
+    """Load a notebook without trusting it; raise ``SubmissionError`` with a one-line reason."""
+    try:
+        raw = path.read_bytes()
+    except OSError as err:
+        raise SubmissionError(f"cannot read the file: {err.strerror or err}") from None
+    if not raw.strip():
+        raise SubmissionError("empty file: the submission has no content; download the notebook again from Jupyter")
+    if len(raw) > MAX_BYTES:
+        raise SubmissionError(f"file too large ({len(raw) / 2**20:.0f} MB): clear the outputs and submit again")
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as err:
+        where = f" (line {err.lineno}, column {err.colno})" if isinstance(err, json.JSONDecodeError) else ""
+        raise SubmissionError(f"not a notebook: the file is not valid JSON{where}; "
+                              "download the .ipynb again from Jupyter") from None
+    if not isinstance(data, dict) or "cells" not in data and "worksheets" not in data:
+        raise SubmissionError("not a notebook: the JSON has no cells; submit the .ipynb file Jupyter saved")
+    if data.get("nbformat") != 4:
+        raise SubmissionError(f"unsupported notebook format nbformat {data.get('nbformat')!r}: "
+                              "open it in Jupyter 4+ and save it again (nbformat 4)")
+    if not isinstance(data.get("cells"), list) or not data["cells"]:
+        raise SubmissionError("empty notebook: it has no cells; submit the lab notebook you worked in")
+    try:
+        return nbformat.from_dict(data)
+    except Exception as err:  # noqa: BLE001 - any odd structure gets one line
+        raise SubmissionError(f"not a notebook: {type(err).__name__}") from None
+
+
+def course_labs(root: Path) -> list[str]:
+    """The labs this course can grade: one per ``labs/<lab>.ipynb``."""
+    return sorted(p.stem for p in (root / "labs").glob("lab*.ipynb"))
+
+
+def identify_lab(nb: nbformat.NotebookNode, path: Path, root: Path, expected: str | None = None) -> tuple[str, str]:
+    """Return (lab id, note); the note says how the lab was guessed when the metadata lacks it."""
+    labs = course_labs(root)
+    here = ", ".join(labs) or "none (labs/ is empty)"
+    lab, note = notebook_lab(nb), ""
+    if lab is None:
+        ids = {str(cell_meta(c).get("id", "")).split("/")[0] for c in nb.cells} - {""}
+        by_name = [x for x in labs if x in path.name or x.split("_")[0] == path.name.split("_")[0]]
+        if len(ids) == 1:
+            lab, note = ids.pop(), "lab identified from its cell ids (notebook metadata lacks torchcontracts.lab)"
+        elif len(by_name) == 1:
+            lab, note = by_name[0], "lab guessed from the file name (notebook metadata lacks torchcontracts.lab)"
+        else:
+            raise SubmissionError("cannot tell which lab this is: no torchcontracts.lab in its metadata and no "
+                                  f"lab cells; labs here: {here}")
+    if expected and lab != expected:
+        raise SubmissionError(f"wrong lab: this is the notebook of {lab}, expected {expected}")
+    if lab not in labs:
+        raise SubmissionError(f"unknown lab {lab!r}: this course has {here}")
+    return lab, note
+
+
