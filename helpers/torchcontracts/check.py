@@ -23,6 +23,7 @@ __all__ = [
     "Task",
     "compare",
     "shares_storage",
+    "short",
 ]
 
 Args = tuple[Any, ...]
@@ -30,7 +31,11 @@ Args = tuple[Any, ...]
 
 @dataclasses.dataclass(frozen=True)
 class Comparison:
-    """One row of feedback, in the spirit of Karpathy's ``cmp``: what differs, on one line."""
+    """One row of feedback, in the spirit of Karpathy's ``cmp``: what differs, on one line.
+
+    ``expected`` and ``got`` are short summaries (a shape, a dtype, a few values) filled in for
+    failing rows, so a FAIL line says what the answer should have been, not only that it is wrong.
+    """
 
     name: str
     ok: bool
@@ -39,20 +44,75 @@ class Comparison:
     strides: str
     max_abs_diff: float
     status: str  # "exact", "close", or what is wrong
+    expected: str = ""
+    got: str = ""
 
     @classmethod
     def plain(cls, name: str, ok: bool, status: str, *, shape: str = "-", dtype: str = "-",
-              strides: str = "-", diff: float = math.nan) -> "Comparison":
+              strides: str = "-", diff: float = math.nan, expected: Any = None, got: Any = None) -> "Comparison":
         """A row for an answer that is not a tensor (a bool, a count, a dict) or for a failure with no values."""
-        return cls(name, ok, shape, dtype, strides, diff, status)
+        return cls(name, ok, shape, dtype, strides, diff, status,
+                   "" if expected is None else short(expected), "" if got is None else short(got))
+
+    def detail(self) -> str:
+        """``"expected X, got Y"`` when the row knows them, else ``""``."""
+        if not (self.expected or self.got):
+            return ""
+        return f"expected {self.expected or '?'}, got {self.got or '?'}"
 
     def line(self) -> str:
         mark = "PASS" if self.ok else "FAIL"
         diff = "-" if math.isnan(self.max_abs_diff) else f"{self.max_abs_diff:.3g}"
+        detail = f": {self.detail()}" if self.detail() else ""
         return (
-            f"{mark} {self.name}: {self.status} | shape {self.shape} | dtype {self.dtype}"
+            f"{mark} {self.name}: {self.status}{detail} | shape {self.shape} | dtype {self.dtype}"
             f" | strides {self.strides} | max|diff| {diff}"
         )
+
+
+MAX_SHOWN = 60  # characters of one expected/got summary: a FAIL line stays one readable line
+
+
+def short(x: Any, limit: int = MAX_SHOWN) -> str:
+    """A one-line summary of an answer, cut to ``limit`` characters (tensors: their first values)."""
+    if isinstance(x, torch.Tensor):
+        text = _values(x)
+    elif isinstance(x, torch.Size):
+        text = str(tuple(x))
+    else:
+        try:
+            text = str(x)
+        except Exception:  # a learner's object with a broken __str__
+            text = f"<{type(x).__name__}>"
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _values(t: torch.Tensor, start: int = 0, n: int = 6) -> str:
+    """``[v0, v1, ...]`` of a tensor's values from flat index ``start``, 4 significant digits."""
+    try:
+        flat = t.detach().reshape(-1)[start:start + n].cpu().tolist()
+    except Exception:  # a meta, sparse or otherwise unreadable tensor
+        return f"a {str(t.dtype).replace('torch.', '')} tensor of shape {tuple(t.shape)}"
+    if t.dim() == 0:
+        return _num(flat[0])
+    body = ", ".join(_num(v) for v in flat)
+    return f"[{'..., ' if start else ''}{body}{', ...' if t.numel() > start + n else ''}]"
+
+
+def _first_mismatch(a: torch.Tensor, e: torch.Tensor, atol: float, rtol: float) -> int:
+    """Flat index of the first wrong value, so a summary shows where they differ (0 when unknown)."""
+    bad = ~torch.isclose(a.reshape(-1).to(torch.float64), e.reshape(-1).to(torch.float64), atol=atol, rtol=rtol)
+    where = bad.nonzero()
+    return max(int(where[0]) - 1, 0) if len(where) else 0
+
+
+def _short_at(t: torch.Tensor, start: int) -> str:
+    return short(_values(t, start))
+
+
+def _num(v: Any) -> str:
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
 
 
 def shares_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -89,12 +149,15 @@ def compare(
         dtype += f" != {str(expected.dtype).replace('torch.', '')}"
     strides = _fmt(actual.stride())
     if actual.shape != expected.shape:
-        return Comparison(name, False, shape, dtype, strides, math.nan, "wrong shape")
+        return Comparison(name, False, shape, dtype, strides, math.nan, "wrong shape",
+                          f"shape {_fmt(expected.shape)}", f"shape {_fmt(actual.shape)}")
     if check_dtype and actual.dtype != expected.dtype:
-        return Comparison(name, False, shape, dtype, strides, math.nan, "wrong dtype")
+        return Comparison(name, False, shape, dtype, strides, math.nan, "wrong dtype",
+                          str(expected.dtype).replace("torch.", ""), str(actual.dtype).replace("torch.", ""))
     if check_strides and actual.stride() != expected.stride():
         strides += f" != {_fmt(expected.stride())}"
-        return Comparison(name, False, shape, dtype, strides, math.nan, "wrong strides")
+        return Comparison(name, False, shape, dtype, strides, math.nan, "wrong strides",
+                          f"strides {_fmt(expected.stride())}", f"strides {_fmt(actual.stride())}")
     if actual.device != expected.device:
         actual = actual.to(expected.device)
     try:
@@ -114,6 +177,9 @@ def compare(
         status, ok = "values differ", False
     if ok and view_of is not None and not shares_storage(actual, view_of):
         status, ok = "values right, but it is a copy: return a view of the input", False
+    if not ok and status != "values right, but it is a copy: return a view of the input":
+        at = _first_mismatch(a, e, atol, rtol) if a.numel() else 0
+        return Comparison(name, ok, shape, dtype, strides, diff, status, _short_at(expected, at), _short_at(actual, at))
     return Comparison(name, ok, shape, dtype, strides, diff, status)
 
 
@@ -139,7 +205,10 @@ class CheckOutcome:
 Judge = Callable[[Case, Any], Sequence[Comparison]]
 
 
-@dataclasses.dataclass(frozen=True)
+_CHECK_ARGS = ("cases", "judge", "hidden", "call", "fresh_kernel")
+
+
+@dataclasses.dataclass(frozen=True, init=False)
 class Check:
     """A check of one learner function on generated inputs.
 
@@ -155,16 +224,34 @@ class Check:
     module: the grader imports it by name in the learner's kernel. ``fresh_kernel=True``
     marks checks that measure inside a process (memory, time): the grader runs them in a
     new kernel that imports the labchecks module before any learner code runs.
+
+    ``target`` (the function's name) comes from the task: ``LabSpec`` fills it in when it
+    registers the check, so a check cannot name one task and call another task's function.
+    Write ``Check(task, name, cases, judge, ...)``; the older ``Check(task, name, target,
+    cases, judge, ...)`` is still accepted, and ``LabSpec`` rejects a target its task disowns.
     """
 
     task: str
     name: str
-    target: str
     cases: Callable[[int], list[Case]]
     judge: Judge
     hidden: bool = False
     call: Callable[[Callable[..., Any], Case], Any] | None = None
     fresh_kernel: bool = False
+    target: str = ""  # filled in from the task by LabSpec
+
+    def __init__(self, task: str, name: str, *args: Any, target: str = "", **fields: Any) -> None:
+        if args and isinstance(args[0], str):  # the older spelling: Check(task, name, target, cases, judge, ...)
+            target, args = args[0], args[1:]
+        positional = dict(zip(_CHECK_ARGS, args))
+        bad = (set(fields) - set(_CHECK_ARGS)) | (set(positional) & set(fields))
+        if len(args) > len(_CHECK_ARGS) or bad:
+            raise TypeError(f"Check {name!r}: unexpected or repeated arguments {sorted(bad) or args}")
+        values = {"hidden": False, "call": None, "fresh_kernel": False, **positional, **fields}
+        if not (callable(values.get("cases")) and callable(values.get("judge"))):
+            raise TypeError(f"Check {name!r}: cases and judge must be functions")
+        for key, value in {"task": task, "name": name, **values, "target": target}.items():
+            object.__setattr__(self, key, value)
 
     def invoke(self, fn: Callable[..., Any], case: Case) -> Any:
         """Call the learner's function on one case, the way this check needs."""
@@ -173,15 +260,16 @@ class Check:
     def run_local(self, fn: Callable[..., Any], seed: int = 0) -> CheckOutcome:
         """Call ``fn`` here and judge it: the notebook's instant feedback."""
         rows: list[Comparison] = []
+        target = self.target or "your function"
         for case in self.cases(seed):
             try:
                 out = self.invoke(fn, case)
             except NotImplementedError:
                 return CheckOutcome(self.name, self.task, False,
-                                    f"`{self.target}` is not implemented yet: replace the `raise NotImplementedError`")
+                                    f"`{target}` is not implemented yet: replace the `raise NotImplementedError`")
             except Exception as err:  # the learner's bug, reported in one line
                 return CheckOutcome(self.name, self.task, False,
-                                    f"`{self.target}` raised {type(err).__name__}: {str(err)[:160]} (case: {case.label})")
+                                    f"`{target}` raised {type(err).__name__}: {str(err)[:160]} (case: {case.label})")
             rows.extend(_safe_judge(self.judge, case, out))
         return outcome_from_rows(self, rows)
 
@@ -200,7 +288,11 @@ def outcome_from_rows(check: Check, rows: Sequence[Comparison]) -> CheckOutcome:
     bad = [r for r in rows if not r.ok]
     if not rows:
         return CheckOutcome(check.name, check.task, False, "no output was judged", ())
-    reason = "all cases pass" if not bad else f"{bad[0].name}: {bad[0].status}"
+    if not bad:
+        reason = "all cases pass"
+    else:
+        detail = bad[0].detail()
+        reason = f"{bad[0].name}: {bad[0].status}" + (f": {detail}" if detail else "")
     return CheckOutcome(check.name, check.task, not bad, reason, tuple(rows))
 
 
@@ -215,22 +307,37 @@ class Task:
 
 
 class LabSpec:
-    """The tasks and public checks of one lab; hidden checks are added from the solutions."""
+    """The tasks and public checks of one lab; hidden checks are added from the solutions.
+
+    Every check is bound to its task here: its ``target`` is the task's, and a check that
+    names an unknown task, or a target its task does not ask for, is a ``ValueError``.
+    """
 
     def __init__(self, lab_id: str, title: str, tasks: Sequence[Task], checks: Sequence[Check]):
         self.lab_id = lab_id
         self.title = title
-        self.tasks = {t.id: t for t in tasks}
-        self.checks: list[Check] = list(checks)
-        unknown = {c.task for c in checks} - set(self.tasks)
-        if unknown:
-            raise ValueError(f"{lab_id}: checks name unknown tasks {sorted(unknown)}")
+        self.tasks: dict[str, Task] = {t.id: t for t in tasks}
+        if len(self.tasks) != len(tasks):
+            raise ValueError(f"{lab_id}: two tasks share an id")
+        self.checks: list[Check] = [self.bind(c) for c in checks]
+
+    def bind(self, check: Check) -> Check:
+        """``check`` with its target taken from its task; ValueError when the pair disagrees."""
+        task = self.tasks.get(check.task)
+        if task is None:
+            raise ValueError(f"{self.lab_id}: check {check.name!r} names unknown task {check.task!r} "
+                             f"(tasks: {', '.join(self.tasks) or 'none'})")
+        if check.target and check.target != task.target:
+            raise ValueError(f"{self.lab_id}: check {check.name!r} targets `{check.target}`, but task "
+                             f"{task.id} asks for `{task.target}`: drop target, the task gives it")
+        return check if check.target == task.target else dataclasses.replace(check, target=task.target)
 
     @property
     def total_points(self) -> float:
         return sum(t.points for t in self.tasks.values())
 
     def checks_for(self, task: str, *, hidden: bool | None = None) -> list[Check]:
+        """The checks of one task (public, hidden or both), in registration order."""
         return [c for c in self.checks if c.task == task and (hidden is None or c.hidden == hidden)]
 
     def task_for(self, fn_or_name: Callable[..., Any] | str) -> Task:
@@ -246,8 +353,7 @@ class LabSpec:
         for c in checks:
             if not c.hidden:
                 raise ValueError(f"{c.name}: a check added with add_hidden must have hidden=True")
-            if c.task not in self.tasks:
-                raise ValueError(f"{c.name}: unknown task {c.task}")
+            c = self.bind(c)
             self.checks = [old for old in self.checks if old.name != c.name] + [c]
 
     def run(self, fn: Callable[..., Any], *, hidden: bool = False, seed: int = 0) -> list[CheckOutcome]:
