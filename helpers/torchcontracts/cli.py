@@ -68,10 +68,6 @@ def _labs(args: argparse.Namespace) -> int:
 
 
 def _grade(args: argparse.Namespace) -> int:
-    if not {"-h", "--help", "--no-fork-server"} & set(args.rest):
-        from .grading.forkserver import zygote
-
-        zygote(wait=False)  # its imports (torch, ipykernel) overlap with this process's own
     try:
         from .grading.cli import cli_main
     except ImportError:

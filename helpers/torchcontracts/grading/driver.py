@@ -1,19 +1,28 @@
-"""Runs inside the learner's kernel for the grader: identity snapshots, calls of learner functions, saved outputs.
+"""Runs inside the learner's kernel for the grader: call the learner's functions, then seal the answers.
 
-Nothing this module writes decides a score by itself: the grader judges the saved outputs in its
-own process, and only uses the snapshots to *lower* a score when torch or the course code was
-replaced. A learner who fakes this module gains nothing the outputs do not already earn.
+The fork server imports this module before any learner code runs, and everything it relies on
+(os, sys and torch functions) is bound here at import, so replacing a name later changes nothing.
+
+A driver step (one per task, plus one for all hidden checks) gets its job spec, its cases and a
+fresh token inside the cell's own code: no file the learner could rewrite first. It calls the
+learner's function on each case and serialises the answer at once. Then it *seals*: it forks a
+sealer, which holds a copy of the answers as they were at that instant, has no other thread, and
+clears any trace or profile function. The sealer first stops every process of the submission
+(``SIGSTOP``; in bwrap mode every process of the kernel's own uid, else the kernel's process tree),
+then takes the tamper fingerprints, writes the sealed step under the fresh token (``O_EXCL``:
+nothing planted counts) and exits. The grader reads the sealed step while everything of the
+submission is still stopped, checks that it is, and only then lets the kernel go on.
 """
 
 from __future__ import annotations
 
-import importlib
-import inspect
+import base64
+import gc
 import io
 import json
 import os
+import signal
 import sys
-import types
 from pathlib import Path
 from typing import Any
 
@@ -21,91 +30,55 @@ from IPython import get_ipython as _get_ipython
 
 from torchcontracts.check import Case as _Case
 
-__all__ = ["drive", "preload", "snapshot", "start", "watched_objects"]
+from . import watch
+from .protocol import BASELINE, MAX_RECORD_BYTES, pack_sealed, sealed_name
 
-_KEEP: list[Any] = []  # the objects seen at start, kept alive so that their ids are never reused
+__all__ = ["drive", "seal", "start"]
+
 _STATE: dict[str, Any] = {}
-_IPYTHON_BUILTINS = {"_", "__", "___", "exit", "quit", "get_ipython", "display", "help", "copyright",
-                     "credits", "license", "__IPYTHON__", "__builtins__", "input"}
-_TORCH_REBINDS = {"torch.Storage"}  # torch.set_default_dtype rebinds it: not tampering
 _PLAIN = (bool, int, float, complex, str, bytes, type(None))
-# bound at import (before learner code), so a replaced builtin cannot blind the snapshot
-_isinstance, _callable, _vars, _dir, _id, _getattr_static = isinstance, callable, vars, dir, id, inspect.getattr_static
+# bound at import, before any learner code
+_fork, _exit, _kill, _killpg, _waitpid, _getpid, _getppid = os.fork, os._exit, os.kill, os.killpg, os.waitpid, os.getpid, os.getppid
+_open, _write, _close, _rename, _setpgid, _listdir = os.open, os.write, os.close, os.rename, os.setpgid, os.listdir
+_gettrace, _getprofile, _settrace, _setprofile, _frames = sys.gettrace, sys.getprofile, sys.settrace, sys.setprofile, sys._current_frames
+_gc_disable, _gc_callbacks = gc.disable, gc.callbacks
+_isinstance, _type, _str, _len, _BytesIO, _b64decode = isinstance, type, str, len, io.BytesIO, base64.b64decode
+_SIGSTOP = signal.SIGSTOP
 
 
-def _modules(labchecks: str) -> dict[str, types.ModuleType]:
-    """The watched modules, resolved once at start (a later swap in sys.modules is itself reported)."""
-    if "modules" not in _STATE:
-        import builtins
+def start(io_dir: str, labchecks: str, threads: int, forbidden: str, uid_isolated: bool) -> None:
+    """The first cell of a grading kernel: import what the checks bind, then take the baseline."""
+    import importlib
 
-        import torch
-        import torch.autograd
-        import torch.nn.functional
-        import torch.testing
+    import torch
 
-        import torchcontracts.check
+    torch.set_num_threads(max(1, threads))
+    watch.preload()
+    importlib.import_module(labchecks)  # it binds its references before any learner code runs
+    modules = [n for n in watch._watched_modules(labchecks)]
+    import site
+    import threading
 
-        _STATE["modules"] = {
-            "torch": torch, "torch.testing": torch.testing, "torch.nn.functional": torch.nn.functional,
-            "torch.autograd": torch.autograd, "builtins": builtins, "torchcontracts.check": torchcontracts.check,
-            __name__: sys.modules[__name__], labchecks: importlib.import_module(labchecks)}
-    return _STATE["modules"]
-
-
-def watched_objects(labchecks: str) -> dict[str, Any]:
-    """The functions, classes and modules whose replacement counts as tampering, by dotted name."""
-    modules = _modules(labchecks)
-    torch = modules["torch"]
-    classes: dict[str, type] = {"torch.Tensor": torch.Tensor, "torch.nn.Module": torch.nn.Module}
-    objs: dict[str, Any] = {}
-    for mname, mod in modules.items():
-        objs[f"sys.modules[{mname}]"] = sys.modules.get(mname)
-        for key, val in list(_vars(mod).items()):
-            if mname == "builtins" and key in _IPYTHON_BUILTINS:
-                continue
-            if _isinstance(val, type) and getattr(val, "__module__", "") == mname and mname.startswith("torchcontracts"):
-                classes[f"{mname}.{key}"] = val
-            if (_callable(val) or _isinstance(val, types.ModuleType)) and f"{mname}.{key}" not in _TORCH_REBINDS:
-                objs[f"{mname}.{key}"] = val
-    for cname, cls in classes.items():
-        for key in _dir(cls):
-            if key in ("__dict__", "__weakref__", "__doc__", "__annotations__"):
-                continue
-            objs[f"{cname}.{key}"] = _getattr_static(cls, key, None)
-    return objs
-
-
-def snapshot(tag: str) -> None:
-    """Write the ids of the watched objects now, for the grader to compare with the start."""
-    objs = watched_objects(_STATE["labchecks"])
-    if tag == "baseline":
-        _KEEP.extend(objs.values())
-    ids = {name: _id(obj) for name, obj in objs.items()}
-    (Path(_STATE["io"]) / f"snap-{tag}.json").write_text(json.dumps(ids), encoding="utf-8")
-
-
-def preload() -> None:
-    """Do up front what torch does lazily to its own namespace, so that it never reads as tampering:
-    importing torch._dynamo rebinds ``torch.manual_seed``, and the first ``torch.compile`` wraps
-    ``nn.Module.__init__``/``__setstate__``."""
-    try:
-        import torch._dynamo.mutation_guard as guard
-
-        guard.install_generation_tagging_init()
-    except Exception:  # noqa: BLE001 - an older or newer torch: nothing to do up front
-        pass
+    libs = {sys.prefix, sys.base_prefix, os.path.dirname(os.path.dirname(__file__)), os.path.dirname(threading.__file__),
+            *site.getsitepackages()}
+    _STATE.update(io=io_dir, labchecks=labchecks, modules=modules, uid_isolated=uid_isolated,
+                  threads=set(_frames()), torch=torch, lc=sys.modules[labchecks],
+                  libs=tuple(os.path.realpath(p) + os.sep for p in libs) + tuple(p + os.sep for p in libs))
+    base = watch.fingerprints(watch.watched_objects(labchecks, modules), keep=True)
+    (Path(io_dir) / BASELINE).write_text(json.dumps(base), encoding="utf-8")
+    if forbidden:
+        _guard(forbidden, os.open(str(Path(io_dir) / "guard.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
 
 
 def _guard(forbidden: str, report: int) -> None:
     """Block (and report) opening anything under the course's solutions/ from this kernel.
 
-    An audit hook cannot be removed; it stops the plain ways (open, listdir, copy, link) of reading
-    the reference answers or the hidden checks. It is a tripwire, not a sandbox: see the README.
+    A tripwire for ``none`` mode, where solutions/ is on the kernel's disk; in bwrap mode it is not there.
     """
     realpath, fsdecode, write, sep = os.path.realpath, os.fsdecode, os.write, os.sep  # bound before learner code
     root = realpath(forbidden)
     events = {"open", "os.listdir", "os.scandir", "os.symlink", "os.link", "os.rename", "shutil.copyfile",
-              "shutil.copytree", "os.chdir", "glob.glob"}
+              "shutil.copytree", "os.chdir", "glob.glob", "subprocess.Popen", "os.exec", "os.posix_spawn"}
     busy: list[bool] = []
 
     def hook(event: str, args: tuple[Any, ...]) -> None:
@@ -113,10 +86,14 @@ def _guard(forbidden: str, report: int) -> None:
             return
         busy.append(True)
         try:
-            for arg in args[:2]:
-                if _isinstance(arg, (str, bytes, os.PathLike)):
-                    path = realpath(fsdecode(arg))
-                    if path == root or path.startswith(root + sep):
+            for arg in (args[:2] if event not in ("subprocess.Popen", "os.exec", "os.posix_spawn") else args[1:2]):
+                texts = arg if _isinstance(arg, (list, tuple)) else [arg]
+                for text in texts:
+                    if not _isinstance(text, (str, bytes, os.PathLike)):
+                        continue
+                    text = fsdecode(text)
+                    path = realpath(text) if event not in ("subprocess.Popen", "os.exec", "os.posix_spawn") else text
+                    if path == root or path.startswith(root + sep) or (event != "open" and "solutions" in path):
                         try:
                             write(report, f"{event}\n".encode())
                         except OSError:
@@ -128,80 +105,168 @@ def _guard(forbidden: str, report: int) -> None:
     sys.addaudithook(hook)
 
 
-def start(io: str, labchecks: str, threads: int, forbidden: str = "") -> None:
-    """The first cell of a grading kernel: import what the checks bind, then take the baseline."""
-    import torch
-
-    sys.path[:] = [p for p in sys.path if p not in ("", ".")]
-    torch.set_num_threads(max(1, threads))
-    preload()
-    _STATE.update(io=io, labchecks=labchecks)
-    _modules(labchecks)  # imports the labchecks module: it binds its references before any learner code runs
-    snapshot("baseline")
-    if forbidden:
-        _guard(forbidden, os.open(str(Path(io) / "guard.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
-
-
 def _unsupported(value: Any, depth: int = 0) -> str:
     """Name the first value the grader cannot load safely, or '' when all of it is plain data."""
-    import torch
-
+    torch = _STATE["torch"]
     if depth > 20:
         return "a structure nested too deeply"
-    if isinstance(value, _PLAIN) or type(value) in (torch.dtype, torch.device, torch.Size):
+    if _isinstance(value, _PLAIN) and _type(value) in _PLAIN or _type(value) in (torch.dtype, torch.device, torch.Size):
         return ""
-    if type(value) is torch.Tensor or type(value) is torch.nn.Parameter:
+    if _type(value) is torch.Tensor or _type(value) is torch.nn.Parameter:
         return ""
-    if type(value) in (tuple, list):
+    if _type(value) in (tuple, list):
         return next((u for u in (_unsupported(v, depth + 1) for v in value) if u), "")
-    if type(value) is dict:
+    if _type(value) is dict:
         return next((u for u in (_unsupported(v, depth + 1) for v in [*value.keys(), *value.values()]) if u), "")
-    return f"a {type(value).__module__}.{type(value).__qualname__}"
+    return f"a {_type(value).__module__}.{_type(value).__qualname__}"
 
 
 def _error(err: BaseException) -> dict[str, str]:
-    text = str(err).strip().splitlines()[0] if str(err).strip() else ""
-    return {"error": type(err).__name__, "msg": text[:200]}
+    text = _str(err).strip().splitlines()[0] if _str(err).strip() else ""
+    return {"error": _type(err).__name__, "msg": text[:200]}
 
 
-def drive(spec_path: str) -> None:
-    """Call the learner's functions on the grader's cases and save inputs and outputs together."""
-    modules = _modules(_STATE["labchecks"])
-    torch, Case, lc = modules["torch"], _Case, modules[_STATE["labchecks"]]
-    spec = json.loads(Path(spec_path).read_text(encoding="utf-8"))
+def _hooked() -> bool:
+    return _gettrace() is not None or _getprofile() is not None
+
+
+def drive(spec: dict[str, Any]) -> None:
+    """Call the learner's functions on the grader's cases, serialise each answer at once, then seal."""
+    torch, lc = _STATE["torch"], _STATE["lc"]
+    notes: list[str] = ["hook"] if _hooked() else []
     user_ns = _get_ipython().user_ns
-    out_dir = Path(_STATE["io"]) / "out"
-    out_dir.mkdir(exist_ok=True)
+    blobs: list[tuple[str, bytes]] = []
     for job in spec["jobs"]:
         fn = user_ns.get(job["target"])
         if not callable(fn):
-            (out_dir / f"{job['check']}.missing").write_text(type(fn).__name__, encoding="utf-8")
+            blobs.append((f"{job['check']}.missing", b""))
             continue
         call = getattr(lc, job["call"]) if job["call"] else None
-        cases = torch.load(job["cases"], weights_only=True)
-        blobs: list[tuple[Path, bytes]] = []  # serialised at once, written after the last learner call
+        cases = torch.load(_BytesIO(_b64decode(job["cases"])), weights_only=True)
         stop = False
         for n, (label, args) in enumerate(cases):
             try:
-                out = call(fn, Case(label, tuple(args))) if call else fn(*args)
+                out = call(fn, _Case(label, tuple(args))) if call else fn(*args)
+                if _hooked():
+                    notes.append("hook")
                 bad = _unsupported(out)
                 record: dict[str, Any] = {"error": "unsupported", "msg": bad} if bad else {"args": args, "out": out}
             except KeyboardInterrupt as err:  # the grader's timeout (or the learner's raise): stop driving
                 record, stop = _error(err), True
             except BaseException as err:  # noqa: BLE001 - the learner's error, one line per case
                 record = _error(err)
-            buf = io.BytesIO()
+            buf = _BytesIO()
             try:
                 torch.save(record, buf)
             except Exception as err:  # noqa: BLE001 - e.g. an object that cannot be pickled
                 record = {"error": "unsaveable", "msg": f"{type(err).__name__}: {str(err)[:120]}"}
-                buf = io.BytesIO()
+                buf = _BytesIO()
                 torch.save(record, buf)
-            blobs.append((out_dir / f"{job['check']}-{n}.pt", buf.getvalue()))
+            blob = buf.getvalue()
+            if _len(blob) > MAX_RECORD_BYTES:
+                blob = b"too large"
+            blobs.append((f"{job['check']}-{n}.pt", blob))
             if "error" in record:
                 break  # like the notebook's checks: the first error ends this check
-        for path, blob in blobs:
-            path.write_bytes(blob)
         if stop:
             break
-    snapshot(spec["tag"])
+    seal(spec["token"], blobs, notes)
+
+
+def _tree(root: int) -> list[int]:
+    """The kernel's process tree and process group, read from /proc (none mode)."""
+    parents: dict[int, int] = {}
+    groups: dict[int, int] = {}
+    for entry in _listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                fields = fh.read().rsplit(b")", 1)[1].split()
+            parents[int(entry)], groups[int(entry)] = int(fields[1]), int(fields[2])
+        except (OSError, IndexError, ValueError):
+            continue
+    found, todo = {root}, [root]
+    while todo:
+        here = todo.pop()
+        for pid, parent in parents.items():
+            if parent == here and pid not in found:
+                found.add(pid)
+                todo.append(pid)
+    found |= {pid for pid, group in groups.items() if group == root}
+    return [p for p in found if p != _getpid()]
+
+
+def _freeze() -> None:
+    """Stop every process of the submission except this sealer."""
+    if _STATE["uid_isolated"]:
+        _kill(-1, _SIGSTOP)  # every process of this kernel's own uid in the sandbox
+        return
+    _setpgid(0, 0)  # leave the kernel's group, then stop it and every process it started
+    for pid in _tree(_getppid()):
+        try:
+            _kill(pid, _SIGSTOP)
+        except OSError:
+            pass
+
+
+def _learner_threads() -> int:
+    """Threads started since the baseline that run, or will run, code outside the installed libraries."""
+    import threading
+
+    libs = _STATE["libs"]
+    frames = _frames()
+    targets = {t.ident: getattr(t, "_target", None) for t in threading.enumerate()}
+    count = 0
+    for ident, frame in frames.items():
+        if ident in _STATE["threads"]:
+            continue
+        files = []
+        while frame is not None:
+            files.append(frame.f_code.co_filename)
+            frame = frame.f_back
+        target = getattr(targets.get(ident), "__code__", None)
+        if target is not None:
+            files.append(target.co_filename)
+        if any(not f.startswith(libs) for f in files):
+            count += 1
+    return count
+
+
+def seal(token: str, blobs: list[tuple[str, bytes]], notes: list[str]) -> None:
+    """Fork the sealer, which freezes the submission and writes the step; wait for it."""
+    if _hooked():
+        notes.append("hook")
+    extra = _learner_threads()
+    if extra:
+        notes.append(f"threads:{extra}")
+    pid = _fork()
+    if pid == 0:
+        code = 1
+        try:
+            _settrace(None)
+            _setprofile(None)
+            _gc_disable()
+            del _gc_callbacks[:]
+            _freeze()
+            snap = watch.fingerprints(watch.watched_objects(_STATE["labchecks"], _STATE["modules"]))
+            data = pack_sealed({"notes": notes, "snapshot": snap}, blobs)
+            final = os.path.join(_STATE["io"], sealed_name(token))
+            part = final + ".part"
+            fd = _open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            view = memoryview(data)
+            while view:
+                view = view[_write(fd, view):]
+            _close(fd)
+            _rename(part, final)
+            code = 0
+        finally:
+            _exit(code)
+    while True:  # this kernel is stopped meanwhile; the grader resumes it after reading the sealed step
+        try:
+            _waitpid(pid, 0)
+            return
+        except ChildProcessError:
+            return
+        except InterruptedError:
+            continue

@@ -1,8 +1,9 @@
-"""A kernel fork server: one process imports ipykernel and torch once, then forks a fresh kernel per submission.
+"""The grader's side of the kernel fork server (its other side is ``boot.serve``), and its scratch folder.
 
-Starting a kernel and importing torch costs ~2 s; a fork costs milliseconds. Each forked kernel
-gets its own session, working folder, log file, environment and resource limits, exactly like a
-kernel launched from scratch, and the server reports how each one exited (for "died" reasons).
+One fork server per grader process and sandbox mode: it imports torch once, and in bwrap mode it
+runs inside the sandbox, so every kernel it forks is inside too. The scratch folder is made
+before the server starts (bwrap binds it), holds one folder per kernel, and is removed when the
+grader exits, however it exits short of SIGKILL (then the sandbox still dies with it).
 """
 
 from __future__ import annotations
@@ -10,86 +11,72 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
-__all__ = ["ForkedKernel", "Zygote", "zygote"]
+from .sandbox import bwrap_argv
 
-_SERVER = r"""
-import json, os, resource, select, signal, sys
-import ipykernel.kernelapp, IPython, torch, torchcontracts.grading.driver, torchcontracts.check  # paid once
-torchcontracts.grading.driver.preload()
-rd, wr = os.pipe()
-os.set_blocking(wr, False)
-signal.set_wakeup_fd(wr)
-signal.signal(signal.SIGCHLD, lambda *a: None)
-out = os.fdopen(sys.stdout.fileno(), "w", buffering=1, closefd=False)
-print("ready", file=out)
-buf = b""
-while True:
-    try:
-        ready, _, _ = select.select([0, rd], [], [])
-    except InterruptedError:
-        continue
-    if rd in ready:
-        os.read(rd, 4096)
-        while True:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                break
-            if pid == 0:
-                break
-            print(json.dumps({"exit": pid, "code": os.waitstatus_to_exitcode(status)}), file=out)
-    if 0 in ready:
-        chunk = os.read(0, 65536)
-        if not chunk:
-            os._exit(0)
-        buf += chunk
-        while b"\n" in buf:
-            line, buf = buf.split(b"\n", 1)
-            req = json.loads(line)
-            pid = os.fork()
-            if pid:
-                print(json.dumps({"pid": pid, "id": req["id"]}), file=out)
-                continue
-            try:  # the child: become a fresh kernel
-                signal.set_wakeup_fd(-1)
-                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-                os.setsid()
-                os.chdir(req["cwd"])
-                log = os.open(req["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-                null = os.open(os.devnull, os.O_RDONLY)
-                os.dup2(null, 0); os.dup2(log, 1); os.dup2(log, 2)
-                os.close(rd); os.close(wr); os.close(null); os.close(log)
-                os.environ.clear(); os.environ.update(req["env"])
-                if req["mem"] > 0:
-                    resource.setrlimit(resource.RLIMIT_AS, (req["mem"], req["mem"]))
-                if req["fsize"] > 0:
-                    resource.setrlimit(resource.RLIMIT_FSIZE, (req["fsize"], req["fsize"]))
-                sys.path[:] = [p for p in sys.path if p not in ("", ".")]
-                sys.argv = ["ipykernel"] + req["argv"]
-                sys.stdin = open(os.devnull); sys.stdout = os.fdopen(1, "w"); sys.stderr = os.fdopen(2, "w")
-                ipykernel.kernelapp.launch_new_instance()
-            finally:
-                os._exit(0)
-"""
+__all__ = ["SAFE_ENV", "ForkedKernel", "Zygote", "clean_env", "scratch_root", "zygote"]
+
+# The only variables of the grader's environment that reach a kernel (or the fork server).
+SAFE_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """A whitelisted environment: nothing secret of the grader's can leak into learner code."""
+    env = {k: os.environ[k] for k in SAFE_ENV if k in os.environ}
+    env.update(PYTHONDONTWRITEBYTECODE="1", PYTHONNOUSERSITE="1", MPLBACKEND="Agg",
+               PYDEVD_DISABLE_FILE_VALIDATION="1")
+    env.update(extra)
+    return env
+
+
+_SCRATCH: list[Path] = []
+_LOCK = threading.Lock()  # the fork servers
+_SCRATCH_LOCK = threading.Lock()
+
+
+def _remove_scratch() -> None:
+    if os.environ.get("TORCHCONTRACTS_KEEP_SCRATCH"):  # set it to read the kernels' logs
+        return
+    for path in _SCRATCH:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def scratch_root() -> Path:
+    """This grader process's scratch folder (made once, removed at exit)."""
+    with _SCRATCH_LOCK:
+        if not _SCRATCH:
+            path = Path(tempfile.mkdtemp(prefix="tc-grade-"))
+            path.chmod(0o711)  # kernels of their own uid may pass through to their own folder
+            _SCRATCH.append(path)
+            atexit.register(_remove_scratch)
+        return _SCRATCH[0]
 
 
 class Zygote:
-    """The fork server of this grader process; ``spawn`` returns a ``ForkedKernel``."""
+    """A fork server: ``spawn`` a kernel, ``signal`` one, and check/resume/kill all of one submission's processes."""
 
-    def __init__(self) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-c", _SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL, start_new_session=True)
+    def __init__(self, sandbox: str, course: Path) -> None:
+        self.sandbox = sandbox
+        self.uid_isolated = sandbox == "bwrap" and os.geteuid() == 0
+        cmd = [sys.executable, "-m", "torchcontracts.grading.boot", "serve"]
+        if sandbox == "bwrap":
+            cmd = [*bwrap_argv(scratch_root(), course, drop_uid=self.uid_isolated), *cmd]
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                     start_new_session=True, env=clean_env(), cwd=str(scratch_root()))
         self.exits: dict[int, int] = {}
-        self._pids: dict[int, int] = {}
+        self._answers: dict[int, dict[str, Any]] = {}
         self._next = 0
         self._ready = False
         self._cond = threading.Condition()
+        self._write = threading.Lock()
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
@@ -100,8 +87,8 @@ class Zygote:
                     self._ready = True
                 else:
                     msg = json.loads(line)
-                    if "pid" in msg:
-                        self._pids[msg["id"]] = msg["pid"]
+                    if "id" in msg:
+                        self._answers[msg["id"]] = msg
                     else:
                         self.exits[msg["exit"]] = msg["code"]
                 self._cond.notify_all()
@@ -117,19 +104,34 @@ class Zygote:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def spawn(self, argv: list[str], cwd: str, env: dict[str, str], log: str, mem: int, fsize: int) -> "ForkedKernel":
+    def _send(self, req: dict[str, Any]) -> None:
         assert self.proc.stdin is not None
-        if not self.wait_ready():
-            raise RuntimeError("the kernel fork server did not start")
+        with self._write:
+            self.proc.stdin.write((json.dumps(req) + "\n").encode())
+            self.proc.stdin.flush()
+
+    def _ask(self, req: dict[str, Any], timeout: float = 30.0) -> dict[str, Any]:
         with self._cond:
             self._next += 1
             rid = self._next
-            req = {"id": rid, "argv": argv, "cwd": cwd, "env": env, "log": log, "mem": mem, "fsize": fsize}
-            self.proc.stdin.write((json.dumps(req) + "\n").encode())
-            self.proc.stdin.flush()
-            if not self._cond.wait_for(lambda: rid in self._pids, timeout=30):
+        self._send({**req, "id": rid})
+        with self._cond:
+            if not self._cond.wait_for(lambda: rid in self._answers or not self.alive, timeout) or rid not in self._answers:
                 raise RuntimeError("the kernel fork server did not answer")
-            return ForkedKernel(self._pids.pop(rid), self)
+            return self._answers.pop(rid)
+
+    def spawn(self, req: dict[str, Any]) -> "ForkedKernel":
+        if not self.wait_ready():
+            raise RuntimeError("the kernel fork server did not start")
+        return ForkedKernel(self._ask({"op": "spawn", **req})["pid"], self, req.get("uid"))
+
+    def signal(self, pid: int, sig: int) -> None:
+        if self.alive:
+            self._send({"op": "signal", "pid": pid, "sig": sig})
+
+    def group(self, kernel: int, uid: int | None, action: str) -> dict[str, Any]:
+        """``check`` (are they all stopped?), ``cont`` or ``kill`` every process of one submission."""
+        return self._ask({"op": "group", "kernel": kernel, "uid": uid, "action": action})
 
     def close(self) -> None:
         if self.proc.poll() is None:
@@ -140,24 +142,30 @@ class Zygote:
 class ForkedKernel:
     """A ``Popen``-like handle on a kernel that is the fork server's child, not ours."""
 
-    def __init__(self, pid: int, server: Zygote):
-        self.pid = pid
-        self._server = server
+    def __init__(self, pid: int, server: Zygote, uid: int | None):
+        self.pid = pid  # in the server's pid namespace: every signal goes through the server
+        self.uid = uid
+        self.server = server
         self.returncode: int | None = None
 
     def poll(self) -> int | None:
         if self.returncode is None:
-            code = self._server.exits.get(self.pid)
-            if code is None and not self._server.alive:
-                code = -9  # the server is gone, and with it the kernel's parent
+            code = self.server.exits.get(self.pid)
+            if code is None and not self.server.alive:
+                code = -9  # the server is gone, and with it the kernel
             self.returncode = code
         return self.returncode
 
+    def send_signal(self, sig: int) -> None:
+        self.server.signal(self.pid, sig)
+
     def kill(self) -> None:
+        """Kill the kernel and every process of its submission."""
         try:
-            os.kill(self.pid, 9)
-        except ProcessLookupError:
+            self.server.group(self.pid, self.uid, "kill")
+        except RuntimeError:
             pass
+        self.server.signal(self.pid, 9)
 
     def wait(self, timeout: float | None = None) -> int | None:
         end = time.monotonic() + (timeout or 30)
@@ -166,23 +174,23 @@ class ForkedKernel:
         return self.returncode
 
 
-_ZYGOTE: list[Any] = []
-_LOCK = threading.Lock()
+_ZYGOTES: dict[tuple[str, Path], Zygote] = {}
 
 
-def zygote(wait: bool = True) -> Zygote | None:
-    """This process's fork server, started on first use (``wait=False`` only starts it);
-    None if it cannot start, and then kernels are launched plainly."""
+def zygote(sandbox: str, course: Path, *, wait: bool = True, private: bool = False) -> Zygote | None:
+    """This process's fork server for a sandbox mode, started on first use (``wait=False`` only starts it);
+    ``private=True`` starts one that serves a single kernel (``--no-fork-server``). None if it cannot start."""
+    key = (sandbox, course.resolve())
     with _LOCK:
-        if not (_ZYGOTE and _ZYGOTE[0] is not None and _ZYGOTE[0].alive):
-            _ZYGOTE.clear()
+        server = None if private else _ZYGOTES.get(key)
+        if server is None or not server.alive:
             try:
-                server: Zygote | None = Zygote()
-                atexit.register(server.close)  # type: ignore[union-attr]
+                server = Zygote(sandbox, course)
             except OSError:
-                server = None
-            _ZYGOTE.append(server)
-        server = _ZYGOTE[0]
-    if wait and server is not None and not server.wait_ready():
+                return None
+            atexit.register(server.close)
+            if not private:
+                _ZYGOTES[key] = server
+    if wait and not server.wait_ready():
         return None
     return server

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import io
 import math
+import re
+import zipfile
 from typing import Any, Mapping
 
 import torch
@@ -17,7 +19,12 @@ from ..check import Case, Check, CheckOutcome, Comparison, _safe_judge, outcome_
 
 __all__ = ["judge_check", "same_inputs"]
 
-MAX_CASE_BYTES = 256 * 2**20
+from .protocol import MAX_RECORD_BYTES
+
+MAX_CASE_BYTES = MAX_RECORD_BYTES
+MAX_UNPACKED_BYTES = 256 * 2**20  # what one saved answer may declare it unpacks to
+MAX_ZIP_ENTRIES = 10_000
+_PATH = re.compile(r"(?:[A-Za-z]:)?(?:[/\\][\w.\-~+@]+){2,}[/\\]?")
 _GENERIC = ("values differ", "wrong shape", "wrong dtype", "wrong strides", "wrong length", "contains NaN",
             "values right, but it is a copy", "expected a bool", "expected a tuple", "expected a torch.Tensor",
             "answered", "changed its input in place")
@@ -58,8 +65,9 @@ def _error_status(check: Check, record: dict[str, Any], mem_mb: int) -> str:
     if name == "unsaveable":
         return f"its answer could not be saved ({msg})"
     if check.hidden:
-        return f"raised {name}"
-    return f"`{check.target}` raised {name}: {msg}"[:200] if msg else f"`{check.target}` raised {name}"
+        return f"raised {name}"  # never the learner's text: it could carry hidden inputs
+    msg = scrub(msg)
+    return f"`{check.target}` raised {name}: {msg}" if msg else f"`{check.target}` raised {name}"
 
 
 def _generic(status: str) -> str:
@@ -73,11 +81,30 @@ def _generic(status: str) -> str:
     return "wrong answer"
 
 
+def scrub(text: str) -> str:
+    """A learner's error text for public feedback: one line, no file paths, 160 characters at most."""
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    return _PATH.sub("<path>", line)[:160]
+
+
+def _zip_ok(blob: bytes) -> bool:
+    """Refuse a saved answer whose zip declares too many entries, too many bytes, or compression."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(blob)) as zf:
+            infos = zf.infolist()
+    except (zipfile.BadZipFile, ValueError, OSError):
+        return False
+    return (len(infos) <= MAX_ZIP_ENTRIES and sum(i.file_size for i in infos) <= MAX_UNPACKED_BYTES
+            and all(i.compress_type == zipfile.ZIP_STORED for i in infos))
+
+
 def _load(blob: bytes | None) -> tuple[dict[str, Any] | None, str]:
     if blob is None:
         return None, "no output was saved for this case (the kernel stopped before it)"
-    if blob == b"too large":
+    if blob == b"too large" or len(blob) > MAX_CASE_BYTES:
         return None, f"the answer is too large to judge (over {MAX_CASE_BYTES // 2**20} MB)"
+    if not _zip_ok(blob):
+        return None, "the answer cannot be loaded safely: return tensors, numbers, tuples, lists, dicts or strings"
     try:
         record = torch.load(io.BytesIO(blob), weights_only=True, map_location="cpu")
     except Exception:  # noqa: BLE001 - anything that is not plain data

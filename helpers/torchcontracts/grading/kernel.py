@@ -1,4 +1,4 @@
-"""A bare Jupyter kernel for grading: launched with memory limits in a scratch folder, timed, killable.
+"""The kernel and its fork server, from the grader's side: start a limited kernel, run cells with deadlines, take sealed steps.
 
 The grader does not use nbclient here: it needs a kernel it launches itself (resource limits,
 its own working folder, stderr kept out of the user's terminal), per-cell and total deadlines,
@@ -8,9 +8,9 @@ and outputs it never stores beyond a small cap.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import queue
-import re
 import signal
 import subprocess
 import sys
@@ -21,26 +21,14 @@ from typing import Any
 from jupyter_client.blocking import BlockingKernelClient
 from jupyter_client.connect import write_connection_file
 
-from .forkserver import zygote
+from .boot import group_pids
+from .forkserver import Zygote, clean_env, zygote
+from .protocol import MAX_SEALED_BYTES, sealed_name
 
 __all__ = ["CellRun", "GradingKernel", "describe_exit"]
 
-_SECRET = re.compile(r"TOKEN|SECRET|PASSW|CREDENTIAL|API_?KEY|PRIVATE", re.IGNORECASE)  # never handed to learner code
 OUTPUT_CAP = 4000  # characters of a cell's stdout/stderr kept for feedback; the rest is dropped
-
-# Runs before ipykernel: apply resource limits and keep the scratch folder off the import path.
-_LAUNCH = """\
-import resource, sys
-mem = int(sys.argv.pop(1))
-if mem > 0:
-    resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
-fsize = int(sys.argv.pop(1))
-if fsize > 0:
-    resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
-sys.path[:] = [p for p in sys.path if p not in ('', '.')]
-from ipykernel import kernelapp
-kernelapp.launch_new_instance()
-"""
+SEAL_WAIT = 3.0  # seconds to see every process of a submission stopped once its sealed step is written
 
 
 @dataclasses.dataclass
@@ -53,6 +41,8 @@ class CellRun:
     seconds: float = 0.0
     output: str = ""
     truncated: bool = False
+    sealed: bytes | None = None  # the step's sealed answers, read while the submission was stopped
+    seal_problem: str = ""  # why a sealed step was refused (tampering)
 
     def one_line(self) -> str:
         if self.status == "error":
@@ -75,33 +65,94 @@ def describe_exit(code: int | None) -> str:
     return f"the kernel exited with code {code}"
 
 
+
+class _PlainKernel:
+    """A kernel launched directly with the same start-up script (no fork server: off Linux)."""
+
+    def __init__(self, req: dict[str, Any]):
+        self.uid = None
+        self._log = open(req["log"], "ab")  # noqa: SIM115 - closed when the kernel is shut down
+        self.proc = subprocess.Popen([sys.executable, "-m", "torchcontracts.grading.boot", "kernel", json.dumps(req)],
+                                     cwd=req["cwd"], env=req["env"], stdin=subprocess.DEVNULL, stdout=self._log,
+                                     stderr=self._log)
+        self.pid = self.proc.pid
+
+    def poll(self) -> int | None:
+        return self.proc.poll()
+
+    def send_signal(self, sig: int) -> None:
+        try:
+            os.kill(self.pid, sig)
+        except ProcessLookupError:
+            pass
+
+    def group(self, action: str) -> dict[str, Any]:
+        if not os.path.isdir("/proc"):
+            return {"stopped": True}  # no /proc to look in: none mode off Linux trusts the sealer's stop
+        pids = group_pids(self.pid, None)
+        if action == "check":
+            return {"stopped": bool(pids) and all(s in "TtZX" for s in pids.values())}
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGCONT if action == "cont" else signal.SIGKILL)
+            except OSError:
+                pass
+        return {}
+
+    def kill(self) -> None:
+        self.group("kill")
+        try:
+            os.killpg(self.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            self.proc.kill()
+        self._log.close()
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+
 class GradingKernel:
     """One ipykernel process for one submission; every call returns, whatever the code does."""
 
-    def __init__(self, workdir: Path, *, mem_mb: int = 4096, fsize_mb: int = 1024,
-                 threads: int = 1, startup_timeout: float = 60.0, fork: bool = True):
+    def __init__(self, workdir: Path, *, course: Path, sandbox: str = "none", uid: int | None = None,
+                 mem_mb: int = 4096, fsize_mb: int = 1024, threads: int = 1, startup_timeout: float = 60.0,
+                 fork: bool = True):
         self.workdir = workdir
         workdir.mkdir(parents=True, exist_ok=True)
-        self.conn_file = str(workdir.parent / f"{workdir.name}-kernel.json")
-        write_connection_file(self.conn_file, ip="127.0.0.1")
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("JPY_", "PYTEST_")) and not _SECRET.search(k)}
-        env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
-                   JPY_PARENT_PID=str(os.getpid()), PYDEVD_DISABLE_FILE_VALIDATION="1",
-                   MPLBACKEND="Agg", PYTHONDONTWRITEBYTECODE="1")
+        workdir.chmod(0o700)
+        if uid is not None:
+            os.chown(workdir, uid, uid)
+        self.uid = uid
+        self._seal: str | None = None
+        self._taken: dict[str, Any] = {}
+        self.conn_file = str(workdir / "kernel.json")
+        if sandbox == "bwrap":  # no network in the sandbox: the channels are Unix sockets in the kernel's folder
+            write_connection_file(self.conn_file, transport="ipc", ip=str(workdir / "zmq"))
+        else:
+            write_connection_file(self.conn_file, ip="127.0.0.1")
+        if uid is not None:
+            os.chown(self.conn_file, uid, uid)
+        env = clean_env(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), HOME=str(workdir),
+                        IPYTHONDIR=str(workdir / ".ipython"), MPLCONFIGDIR=str(workdir / ".mpl"),
+                        TMPDIR=str(workdir), JPY_PARENT_PID=str(os.getpid()))
         argv = ["-f", self.conn_file, "--IPKernelApp.log_level=CRITICAL", "--HistoryManager.enabled=False",
                 "--IPKernelApp.ignore_cwd=True"]  # files the learner writes can never shadow an import
-        self.log_path = workdir.parent / f"{workdir.name}-kernel.log"
-        self._log: Any = None
-        server = zygote() if fork and sys.platform == "linux" else None  # fork after torch: Linux only
+        req = {"argv": argv, "cwd": str(workdir), "env": env, "log": str(workdir.parent / f"{workdir.name}.log"),
+               "mem": mem_mb * 2**20, "fsize": fsize_mb * 2**20, "uid": uid}
+        self.server: Zygote | None = None
+        self.private = False
         self.proc: Any
-        if server is not None:  # fork a kernel that has torch imported already
-            env["JPY_PARENT_PID"] = str(server.proc.pid)
-            self.proc = server.spawn(argv, str(workdir), env, str(self.log_path), mem_mb * 2**20, fsize_mb * 2**20)
+        if sys.platform == "linux" and (fork or sandbox == "bwrap"):
+            self.server = zygote(sandbox, course, private=not fork)
+            self.private = not fork
+            if self.server is None:
+                raise RuntimeError("the kernel fork server could not start")
+            self.proc = self.server.spawn(req)
         else:
-            cmd = [sys.executable, "-c", _LAUNCH, str(mem_mb * 2**20), str(fsize_mb * 2**20), *argv]
-            self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in shutdown()
-            self.proc = subprocess.Popen(cmd, cwd=workdir, env=env, stdin=subprocess.DEVNULL,
-                                         stdout=self._log, stderr=self._log, start_new_session=True)
+            self.proc = _PlainKernel(req)
         self.client = BlockingKernelClient(connection_file=self.conn_file)
         self.client.load_connection_file()
         self.client.start_channels()
@@ -124,17 +175,56 @@ class GradingKernel:
     def alive(self) -> bool:
         return not self.dead_reason and self.proc.poll() is None
 
-    def run(self, code: str, timeout: float) -> CellRun:
-        """Execute ``code``; on timeout interrupt the kernel, and kill it if it stays busy."""
+    def _group(self, action: str) -> dict[str, Any]:
+        if self.server is not None:
+            return self.server.group(self.proc.pid, self.uid, action)
+        return self.proc.group(action)
+
+    def run(self, code: str, timeout: float, seal: str | None = None) -> CellRun:
+        """Execute ``code``; on timeout interrupt the kernel, and kill it if it stays busy.
+
+        ``seal`` is the token of a driver step: its sealed answers are taken while the submission is stopped.
+        """
         if not self.alive:
             return CellRun("died", evalue=self.dead_reason or describe_exit(self.proc.returncode))
         start = time.monotonic()
         msg_id = self.client.execute(code, store_history=False, allow_stdin=False)
-        run = self._wait(msg_id, start + timeout, start)
-        if run.status == "timeout":
-            self._interrupt_or_kill(msg_id)
+        self._seal, self._taken = seal, {}
+        try:
+            run = self._wait(msg_id, start + timeout, start)
+            if run.status == "timeout":
+                self._interrupt_or_kill(msg_id)
+        finally:
+            self._seal, taken = None, self._taken
         run.seconds = time.monotonic() - start
+        run.sealed, run.seal_problem = taken.get("data"), taken.get("problem", "")
         return run
+
+    def _take_seal(self) -> None:
+        """If the sealer has written the step: check the submission is stopped, read it, resume it."""
+        if self._seal is None:
+            return
+        taken = self._taken
+        path = self.workdir / sealed_name(self._seal)
+        if "data" in taken or "problem" in taken or not path.exists():
+            return
+        deadline = time.monotonic() + SEAL_WAIT
+        while not self._group("check").get("stopped"):
+            if time.monotonic() > deadline:
+                taken["problem"] = "a process of the submission kept running while its answers were sealed"
+                break
+            time.sleep(0.005)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+            with os.fdopen(fd, "rb") as fh:
+                if os.fstat(fh.fileno()).st_size > MAX_SEALED_BYTES:
+                    taken.setdefault("problem", "its sealed answers are over the size limit")
+                else:
+                    taken.setdefault("data", fh.read(MAX_SEALED_BYTES + 1))
+            path.unlink()
+        except OSError:
+            taken.setdefault("problem", "its sealed answers could not be read")
+        self._group("cont")
 
     def _wait(self, msg_id: str, deadline: float, start: float) -> CellRun:
         out: list[str] = []
@@ -143,10 +233,11 @@ class GradingKernel:
         ename = evalue = ""
         while True:
             now = time.monotonic()
+            self._take_seal()
             if now > deadline:
                 return CellRun("timeout", seconds=now - start, output="".join(out), truncated=truncated)
             try:
-                msg = self.client.get_iopub_msg(timeout=min(0.2, max(0.01, deadline - now)))
+                msg = self.client.get_iopub_msg(timeout=min(0.02 if self._seal else 0.2, max(0.01, deadline - now)))
             except queue.Empty:
                 if self.proc.poll() is not None:
                     self.dead_reason = describe_exit(self.proc.returncode)
@@ -164,26 +255,22 @@ class GradingKernel:
             elif kind == "error":
                 ename, evalue = str(content.get("ename", ""))[:80], str(content.get("evalue", ""))[:300]
             elif kind == "status" and content.get("execution_state") == "idle":
+                self._take_seal()
                 status = "error" if ename else "ok"
                 return CellRun(status, ename, evalue.splitlines()[0] if evalue else "",
                                output="".join(out), truncated=truncated)
 
     def _interrupt_or_kill(self, msg_id: str) -> None:
-        try:
-            os.kill(self.proc.pid, signal.SIGINT)
-        except ProcessLookupError:
-            return
+        self._group("cont")  # a stopped submission cannot take an interrupt
+        self.proc.send_signal(signal.SIGINT)
         if self._wait(msg_id, time.monotonic() + 3.0, time.monotonic()).status == "timeout":
             if self.proc.poll() is None:  # still busy after the interrupt: stop it for good
                 self.kill()
                 self.dead_reason = "the kernel ignored an interrupt after a timeout and was stopped"
 
     def kill(self) -> None:
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                self.proc.kill()
+        if self.proc.poll() is None or self.uid is not None:
+            self.proc.kill()
             self.proc.wait(timeout=10)
 
     def shutdown(self) -> None:
@@ -192,18 +279,13 @@ class GradingKernel:
             self.client.stop_channels()
         except Exception:  # noqa: BLE001 - best effort on a dying kernel
             pass
-        self.kill()
         try:
-            os.killpg(self.proc.pid, signal.SIGKILL)  # children left in its session
-        except (ProcessLookupError, PermissionError):
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+        except Exception:  # noqa: BLE001
             pass
-        if self._log is not None:
-            self._log.close()
-        for path in (self.conn_file,):
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
+        if self.private and self.server is not None:
+            self.server.close()
 
     def __enter__(self) -> "GradingKernel":
         return self

@@ -19,7 +19,7 @@ def render(result: GradeResult) -> str:
     """A few lines for the terminal: the total, one line per task, the problems."""
     name = Path(result.submission).name
     lines = [f"{name}: {result.lab or 'unknown lab'}: {_pts(result.score)}/{_pts(result.max_score)} points"
-             f"  (seed {result.seed}, {result.seconds:.1f} s)"]
+             f"  (seed {result.seed}, {result.seconds:.1f} s, sandbox {result.sandbox})"]
     for task in result.tasks:
         lines.append(f"  {task.id} {_pts(task.score):>5}/{_pts(task.max_score):<3} {task.title}: {task.reason}")
         for check in task.checks:
@@ -45,7 +45,7 @@ def gradescope(result: GradeResult) -> dict[str, Any]:
                           "max_score": check.max_score,
                           "visibility": "after_published" if check.hidden else "visible",
                           "output": check.reason})
-    out = "\n".join(result.problems) if result.problems else "graded"
+    out = "\n".join([*result.problems, f"sandbox: {result.sandbox}"]) if result.problems else f"graded (sandbox: {result.sandbox})"
     return {"score": result.score, "execution_time": round(result.seconds, 2), "output": out, "tests": tests}
 
 
@@ -58,6 +58,7 @@ def gradebook_row(result: GradeResult, task_ids: list[str]) -> dict[str, Any]:
     row["total"] = result.score
     row["max_total"] = result.max_score
     row["problems"] = "; ".join(result.problems)
+    row["sandbox"] = result.sandbox
     row["seed"] = result.seed
     row["seconds"] = round(result.seconds, 2)
     return row

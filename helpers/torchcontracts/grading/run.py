@@ -6,11 +6,15 @@ itself (identity snapshots) can only lower a score: replaced torch or course cod
 
 from __future__ import annotations
 
+import base64
 import dataclasses
+import io
+import itertools
 import json
+import os
 import secrets
 import shutil
-import tempfile
+import struct
 import time
 from pathlib import Path
 from typing import Any
@@ -18,10 +22,15 @@ from typing import Any
 import torch
 
 from ..check import Case, Check, CheckOutcome, LabSpec
-from .judge import MAX_CASE_BYTES, judge_check
-from .kernel import GradingKernel
-from .plan import Plan, lab_spec, plan_run
+from .forkserver import scratch_root
+from .judge import judge_check
+from .kernel import CellRun, GradingKernel
+from .plan import Plan, Step, lab_spec, plan_run
+from .protocol import BASELINE, driver_call, unpack_sealed
+from .sandbox import kernel_uid
 from .submission import GradeSetupError, SubmissionError, identify_lab, read_submission
+
+_KERNELS = itertools.count()  # numbers the kernels of this process (each gets its own uid in bwrap mode)
 
 __all__ = ["CheckResult", "GradeOptions", "GradeResult", "TaskResult", "grade_file"]
 
@@ -39,6 +48,7 @@ class GradeOptions:
     seed: int | None = None
     public_only: bool = False
     fork_server: bool = True  # fork kernels from one process that imported torch (Linux); False: launch each
+    sandbox: str = "none"  # "bwrap" or "none", resolved from --sandbox by the command line
 
 
 @dataclasses.dataclass
@@ -78,6 +88,8 @@ class GradeResult:
     problems: list[str]
     seed: int
     seconds: float
+    sandbox: str = "none"
+    graded: bool = True  # False: refused (not a notebook, another lab) or no kernel could start
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -87,34 +99,23 @@ class GradeResult:
 class _KernelLog:
     """What happened in one kernel, per task: a reason that zeroes its checks, and notes."""
 
-    fail: dict[str, str] = dataclasses.field(default_factory=dict)
+    fail: dict[str, str] = dataclasses.field(default_factory=dict)  # every check of the task
+    hidden_fail: dict[str, str] = dataclasses.field(default_factory=dict)  # its hidden checks only
     notes: dict[str, str] = dataclasses.field(default_factory=dict)
     tamper: list[str] = dataclasses.field(default_factory=list)
-
-
-def _take_snapshot(io: Path, tag: str) -> dict[str, int] | None:
-    """Read one identity snapshot the kernel wrote, and delete it (a stale one can never be reused)."""
-    path = io / f"snap-{tag}.json"
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        path.unlink()
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def _changed(base: dict[str, int], now: dict[str, int], into: list[str]) -> None:
-    """Add the names whose identity differs from the baseline."""
-    for name, ident in base.items():
-        if now.get(name) != ident and name not in into:
-            into.append(name)
+    crashed_at: int | None = None  # the plan step at which the kernel died before the hidden checks
+    done: set[str] = dataclasses.field(default_factory=set)  # tasks whose public checks were sealed
 
 
 def _describe_tamper(names: list[str]) -> str:
     said = []
-    if "reading solutions/" in names:
-        said.append("tried to read the course's solutions/ (blocked)")
-        names = [n for n in names if n != "reading solutions/"]
+    special = {"reading solutions/": "tried to read the course's solutions/ (blocked)",
+               "hook": "a trace or profile function was set while the grader's checks ran",
+               "seal": "the grader's sealed answers were disturbed"}
+    for key, text in special.items():
+        if key in names:
+            said.append(text)
+    names = [n for n in names if n not in special]
     words = [f"{n[len('sys.modules['):-1]} module" if n.startswith("sys.modules[") else n for n in names]
     more = f" and {len(words) - 3} more" if len(words) > 3 else ""
     if words:
@@ -122,109 +123,141 @@ def _describe_tamper(names: list[str]) -> str:
     return "tampering detected: " + "; ".join(said)
 
 
-def _collect(out: Path, checks: set[int], into: dict[str, bytes]) -> None:
-    """Move the outputs of these checks into memory, and delete every other file the kernel left there."""
-    if not out.is_dir():
-        return
-    for path in out.iterdir():
-        try:
-            if path.is_file() and path.name.split("-")[0].split(".")[0] in {str(c) for c in checks}:
-                if path.stat().st_size <= MAX_CASE_BYTES:
-                    into[path.name] = path.read_bytes()
-                else:
-                    into[path.name] = b"too large"
-            path.unlink()
-        except OSError:
-            continue
+def _cases_blob(cases: list[Case], hidden: bool) -> str:
+    """Cases as base64 of ``torch.save`` bytes; hidden checks' labels stay in the grader."""
+    buf = io.BytesIO()
+    torch.save([("" if hidden else c.label, c.args) for c in cases], buf)
+    return base64.b64encode(buf.getvalue()).decode()
 
 
-def _run_kernel(plan: Plan, spec: LabSpec, jobs: dict[str, list[dict[str, Any]]], opts: GradeOptions,
-                scratch: Path, name: str, deadline: float, collected: dict[str, bytes]) -> _KernelLog:
-    """Run the plan in one fresh kernel, with a driver cell for each task that has jobs here."""
+def _jobs(checks: list[tuple[int, Check]], cases: dict[int, list[Case]]) -> list[dict[str, Any]]:
+    return [{"check": idx, "target": check.target, "cases": _cases_blob(cases[idx], check.hidden),
+             "call": check.call.__name__ if check.call else None} for idx, check in checks]
+
+
+def _take_step(run: CellRun, base: dict[str, str], collected: dict[str, bytes], log: _KernelLog,
+               tasks: list[str]) -> bool:
+    """Take one sealed step into ``collected``; False when there is none (the driver never sealed)."""
+    if run.seal_problem:
+        log.tamper.append("seal")
+    if run.sealed is None:
+        return False
+    try:
+        header, blobs = unpack_sealed(run.sealed)
+    except (ValueError, KeyError, TypeError, struct.error):
+        log.tamper.append("seal")
+        return False
+    snapshot = header.get("snapshot") if isinstance(header.get("snapshot"), dict) else {}
+    for name, ident in base.items():
+        if snapshot.get(name) != ident and name not in log.tamper:
+            log.tamper.append(name)
+    notes = header.get("notes") if isinstance(header.get("notes"), list) else []
+    if "hook" in notes and "hook" not in log.tamper:
+        log.tamper.append("hook")
+    threads = [n for n in notes if isinstance(n, str) and n.startswith("threads:")]
+    if threads:
+        for task in tasks:
+            log.fail.setdefault(task, "a thread it started was still running when the answers were sealed: "
+                                      "stop or join your threads before the function returns")
+    collected.update(blobs)
+    return True
+
+
+def _run_kernel(lab: str, steps: list[Step], tasks: list[str], missing: frozenset[str],
+                members: list[tuple[int, Check]], cases: dict[int, list[Case]], opts: GradeOptions, scratch: Path,
+                name: str, deadline: float, collected: dict[str, bytes]) -> _KernelLog:
+    """Run the steps in one fresh kernel: each task's public checks after its cell, all hidden checks at the end.
+
+    Hidden checks run last so that no hidden input is in the kernel before every public answer
+    (whose error text a learner sees) has been sealed.
+    """
     log = _KernelLog()
-    io = scratch / f"io-{name}"
-    io.mkdir()
-    labchecks = f"torchcontracts.labchecks.{plan.lab}"
-    tasks_here = [t for t in spec.tasks if jobs.get(t)]
-    with GradingKernel(scratch / f"work-{name}", mem_mb=opts.mem_mb, threads=opts.threads,
-                       fork=opts.fork_server) as kernel:
-        guard = str(opts.course / "solutions")
-        start = (f"__import__('torchcontracts.grading.driver', fromlist=['start']).start({str(io)!r}, {labchecks!r}, "
-                 f"{opts.threads}, {guard!r})")
-        first = kernel.run(start, max(60.0, opts.cell_timeout))
-        base = _take_snapshot(io, "baseline")  # read before any learner code runs
+    labchecks = f"torchcontracts.labchecks.{lab}"
+    public = {t: [(i, c) for i, c in members if c.task == t and not c.hidden] for t in tasks}
+    hidden = [(i, c) for i, c in members if c.hidden and c.task not in missing]
+    tasks_here = [t for t in tasks if any(c.task == t for _, c in members)]
+    uid = kernel_uid(next(_KERNELS)) if opts.sandbox == "bwrap" else None
+    try:
+        kernel = GradingKernel(scratch / f"k-{name}", course=opts.course, sandbox=opts.sandbox, uid=uid,
+                               mem_mb=opts.mem_mb, threads=opts.threads, fork=opts.fork_server)
+    except (RuntimeError, OSError) as err:
+        for t in tasks_here:
+            log.fail[t] = f"not graded: the grading kernel could not start ({err})"
+        return log
+    with kernel:
+        io_dir = kernel.workdir
+        guard = str(opts.course / "solutions") if opts.sandbox == "none" else ""
+        first = kernel.run(driver_call("start", str(io_dir), labchecks, opts.threads, guard, uid is not None),
+                           max(60.0, opts.cell_timeout))
+        base = _read_baseline(io_dir)  # read before any learner code runs
         if first.status != "ok" or base is None:
-            why = kernel.dead_reason or first.one_line()
+            why = kernel.dead_reason or (first.one_line() if first.status != "ok" else "it wrote no baseline")
             for t in tasks_here:
                 log.fail[t] = f"not graded: the grading kernel could not start ({why})"
             return log
-        done: set[str] = set()
-        guard_log = io / "guard.log"
-        for step in plan.steps:
-            for stale in io.glob("snap-*.json"):  # only a snapshot written during this step counts
-                stale.unlink()
-            if step.kind == "driver" and not jobs.get(step.task):
+        guard_log = io_dir / "guard.log"
+        for n, step in enumerate([*steps, Step("driver", "", "")]):
+            hidden_step = step.kind == "driver" and not step.task
+            if step.kind == "driver" and not hidden_step and not public.get(step.task):
                 continue
+            step_tasks = sorted({c.task for _, c in hidden}) if hidden_step else [step.task]
             left = deadline - time.monotonic()
             if left <= 0:
                 for t in tasks_here:
-                    if t not in done:
-                        log.fail[t] = f"not graded: the total time limit of {opts.total_timeout:g} s ran out"
+                    (log.hidden_fail if t in log.done else log.fail).setdefault(
+                        t, f"not graded: the total time limit of {opts.total_timeout:g} s ran out")
                 break
+            token = secrets.token_hex(12) if step.kind == "driver" else None
             if step.kind == "driver":
-                spec_path = io / f"jobs-{step.task}.json"
-                spec_path.write_text(json.dumps({"tag": step.task, "jobs": jobs[step.task]}), encoding="utf-8")
-                code = f"__import__('torchcontracts.grading.driver', fromlist=['drive']).drive({str(spec_path)!r})"
+                jobs = _jobs(hidden if hidden_step else public[step.task], cases)
+                code = driver_call("drive", {"token": token, "jobs": jobs})
             else:
                 code = step.source
-            run = kernel.run(code, min(opts.cell_timeout, left))
+            limit = min(opts.cell_timeout * (max(1, len(step_tasks)) if hidden_step else 1), left)
+            run = kernel.run(code, limit, seal=token)
             if guard_log.exists() and guard_log.stat().st_size and "reading solutions/" not in log.tamper:
                 log.tamper.append("reading solutions/")
-            if step.kind == "driver":  # take the outputs now: no later learner code can touch them
-                _collect(io / "out", {j["check"] for j in jobs[step.task]}, collected)
-                snap = _take_snapshot(io, step.task)
-                if snap is not None:
-                    _changed(base, snap, log.tamper)
             where = f"the {step.task} cell" if step.kind == "student" else (
-                f"the {step.task} checks" if step.kind == "driver" else "a course cell")
+                "the hidden checks" if hidden_step else f"the {step.task} checks" if step.kind == "driver"
+                else "a course cell")
+            fails = log.hidden_fail if hidden_step else log.fail
             if step.kind == "driver":
-                done.add(step.task)
-                if run.status in ("ok", "error") and snap is None and "the grader's driver" not in log.tamper:
-                    log.tamper.append("the grader's driver")
+                sealed = _take_step(run, base, collected, log, step_tasks)
+                if run.status in ("ok", "error") and not sealed and "seal" not in log.tamper:
+                    log.tamper.append("seal")
                 if run.status == "timeout":
-                    log.fail[step.task] = f"timed out after {min(opts.cell_timeout, left):.3g} s"
+                    for t in step_tasks:
+                        fails.setdefault(t, f"timed out after {limit:.3g} s")
                 elif run.status == "error":
-                    log.fail[step.task] = f"the grading driver failed ({run.one_line()}): was the kernel disturbed?"
+                    for t in step_tasks:
+                        fails.setdefault(t, f"the grading driver failed ({run.ename}): was the kernel disturbed?")
+                if not hidden_step:
+                    log.done.add(step.task)
             elif step.kind == "student" and run.status in ("error", "timeout") and step.task not in log.notes:
                 said = f"timed out after {run.seconds:.0f} s" if run.status == "timeout" else f"raised {run.ename}"
                 log.notes[step.task] = f"its cell {said}"
             if not kernel.alive:
-                why = kernel.dead_reason or run.evalue
+                why = f"not graded: {kernel.dead_reason or run.evalue} in {where}"
+                log.crashed_at = None if hidden_step else n
                 for t in tasks_here:
-                    if t not in done or t == step.task and step.kind == "driver" and t not in log.fail:
-                        log.fail.setdefault(t, f"not graded: {why} in {where}")
+                    if hidden_step or t in log.done and not (step.kind == "driver" and t == step.task):
+                        log.hidden_fail.setdefault(t, why)
+                    else:
+                        log.fail.setdefault(t, why)
                 break
-        if kernel.alive:
-            kernel.run("__import__('torchcontracts.grading.driver', fromlist=['snapshot']).snapshot('final')",
-                       max(10.0, min(opts.cell_timeout, 30.0)))
-            final = _take_snapshot(io, "final")
-            if final is not None:
-                _changed(base, final, log.tamper)
-    drivers = [n for n in log.tamper if n == "the grader's driver"]  # said last: the replaced names come first
-    log.tamper = [n for n in log.tamper if n != "the grader's driver"] + drivers
     return log
 
 
-def _jobs(spec: LabSpec, checks: list[tuple[int, Check]], cases: dict[int, list[Case]], io: Path) -> dict[str, list[dict[str, Any]]]:
-    """Ship the cases with torch.save; hidden labels stay in the grader."""
-    jobs: dict[str, list[dict[str, Any]]] = {}
-    io.mkdir(exist_ok=True)
-    for idx, check in checks:
-        path = io / f"cases-{idx}.pt"
-        torch.save([("" if check.hidden else c.label, c.args) for c in cases[idx]], path)
-        jobs.setdefault(check.task, []).append({"check": idx, "target": check.target, "cases": str(path),
-                                                "call": check.call.__name__ if check.call else None})
-    return jobs
+def _read_baseline(io_dir: Path) -> dict[str, str] | None:
+    path = io_dir / BASELINE
+    try:
+        if path.is_symlink() or path.stat().st_size > 16 * 2**20:
+            return None
+        data = json.loads(path.read_text(encoding="utf-8"))
+        path.unlink()
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def _score(spec: LabSpec, plan: Plan, outcomes: dict[int, CheckOutcome], logs: dict[int, _KernelLog],
@@ -246,13 +279,16 @@ def _score(spec: LabSpec, plan: Plan, outcomes: dict[int, CheckOutcome], logs: d
                 ok, reason, whole = False, f"not implemented: its solution cell ({plan.lab}/{task.id}) is missing", True
             elif task.id in log.fail:
                 ok, reason, whole = False, log.fail[task.id], True
+            elif check.hidden and task.id in log.hidden_fail:
+                ok, reason, whole = False, log.hidden_fail[task.id], True
             else:
                 out = outcomes[idx]
                 ok, reason, whole = out.ok, out.reason, out.reason == "not implemented" or out.reason.startswith("`")
             rows.append(CheckResult(task.id, name, check.hidden, ok, reason, round(each if ok else 0.0, 4), round(each, 4)))
             if not ok and not first:
                 first = reason if whole else f"{name}: {reason}"
-                judged = not (tamper or task.id in plan.missing or task.id in log.fail)
+                judged = not (tamper or task.id in plan.missing or task.id in log.fail
+                              or check.hidden and task.id in log.hidden_fail)
         passed = sum(r.ok for r in rows)
         score = round(task.points * passed / len(rows), 4) if rows else 0.0
         bad = [r for r in rows if not r.ok]
@@ -262,6 +298,30 @@ def _score(spec: LabSpec, plan: Plan, outcomes: dict[int, CheckOutcome], logs: d
             reason += f" ({note})"
         results.append(TaskResult(task.id, task.title, score, task.points, reason, rows))
     return results
+
+
+def _grade_group(plan: Plan, spec: LabSpec, members: list[tuple[int, Check]], cases: dict[int, list[Case]],
+                 opts: GradeOptions, scratch: Path, name: str, deadline: float) -> tuple[_KernelLog, dict[str, bytes]]:
+    """One kernel for these checks; if it died before the hidden checks, a second kernel replays the
+    cells before the one that killed it and runs the hidden checks of the tasks already done."""
+    tasks = list(spec.tasks)
+    collected: dict[str, bytes] = {}
+    log = _run_kernel(plan.lab, list(plan.steps), tasks, plan.missing, members, cases, opts, scratch, name,
+                      deadline, collected)
+    if log.crashed_at is None or not log.done or time.monotonic() > deadline:
+        return log, collected
+    steps = [s for s in plan.steps[:log.crashed_at] if s.kind != "driver"]
+    again = [(i, c) for i, c in members if c.hidden and c.task in log.done and c.task not in log.fail]
+    if not again:
+        return log, collected
+    extra = _run_kernel(plan.lab, steps, tasks, plan.missing, again, cases, opts, scratch, f"{name}-hidden",
+                        deadline, collected)
+    for t in {c.task for _, c in again}:
+        log.hidden_fail.pop(t, None)
+        if t in extra.hidden_fail or t in extra.fail:
+            log.hidden_fail[t] = extra.hidden_fail.get(t) or extra.fail[t]
+    log.tamper += [n for n in extra.tamper if n not in log.tamper]
+    return log, collected
 
 
 def grade_file(path: Path, opts: GradeOptions) -> GradeResult:
@@ -286,7 +346,7 @@ def grade_file(path: Path, opts: GradeOptions) -> GradeResult:
                 spec = None
         tasks = [TaskResult(t.id, t.title, 0.0, t.points, str(err), []) for t in (spec.tasks.values() if spec else [])]
         return GradeResult(str(path), opts.lab or lab, 0.0, spec.total_points if spec else 0.0, tasks,
-                           [str(err)], seed, time.monotonic() - t0)
+                           [str(err)], seed, time.monotonic() - t0, opts.sandbox, graded=False)
     if opts.public_only:
         problems.append("public checks only: hidden checks were not run")
     indexed = list(enumerate(spec.checks))
@@ -296,7 +356,9 @@ def grade_file(path: Path, opts: GradeOptions) -> GradeResult:
             cases[idx] = list(check.cases(seed))
         except Exception as err:  # noqa: BLE001 - a course bug, not the learner's
             raise GradeSetupError(f"check {check.name!r}: cases({seed}) failed: {type(err).__name__}: {err}") from None
-    scratch = Path(tempfile.mkdtemp(prefix="tc-grade-"))
+    scratch = scratch_root() / f"sub-{secrets.token_hex(6)}"
+    scratch.mkdir(mode=0o711)
+    scratch.chmod(0o711)
     try:
         deadline = t0 + opts.total_timeout
         groups = {"main": [(i, c) for i, c in indexed if not c.fresh_kernel],
@@ -306,9 +368,7 @@ def grade_file(path: Path, opts: GradeOptions) -> GradeResult:
         for name, members in groups.items():
             if not members:
                 continue
-            jobs = _jobs(spec, members, cases, scratch / f"cases-{name}")
-            collected: dict[str, bytes] = {}
-            log = _run_kernel(plan, spec, jobs, opts, scratch, name, deadline, collected)
+            log, collected = _grade_group(plan, spec, members, cases, opts, scratch, name, deadline)
             for idx, check in members:
                 logs[idx] = log
                 outcomes[idx] = judge_check(check, idx, cases[idx], collected, opts.mem_mb)
@@ -318,9 +378,12 @@ def grade_file(path: Path, opts: GradeOptions) -> GradeResult:
             problems.append(tamper)
         tasks = _score(spec, plan, outcomes, logs, tamper)
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        if not os.environ.get("TORCHCONTRACTS_KEEP_SCRATCH"):  # set it to read the kernels' logs
+            shutil.rmtree(scratch, ignore_errors=True)
     for t in tasks:
         if t.reason.startswith("not graded: the kernel") and t.reason not in problems:
             problems.append(t.reason)
     total = round(sum(t.score for t in tasks), 4)
-    return GradeResult(str(path), lab, total, spec.total_points, tasks, problems, seed, time.monotonic() - t0)
+    started = not all(t.reason.startswith("not graded: the grading kernel could not start") for t in tasks)
+    return GradeResult(str(path), lab, total, spec.total_points, tasks, problems, seed, time.monotonic() - t0,
+                       opts.sandbox, graded=started)

@@ -1,0 +1,68 @@
+"""The protocol between the grader and the code it runs in the learner's kernel: names, entry points, formats.
+
+Both sides import this module, so a file name or an entry point is spelled in one place only.
+It imports nothing heavy: the fork server and the kernel's start-up read it before torch.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from typing import Any
+
+__all__ = ["BASELINE", "DRIVER_MODULE", "MAX_RECORD_BYTES", "MAX_SEALED_BYTES", "MAX_SEALED_FILES", "SEAL_MAGIC",
+           "driver_call", "pack_sealed", "sealed_name", "unpack_sealed"]
+
+DRIVER_MODULE = "torchcontracts.grading.driver"  # imported by the fork server before any learner code
+BASELINE = "baseline.json"  # the identity snapshot taken before any learner code; read before the first learner cell
+SEAL_MAGIC = b"TCSEAL1\n"
+MAX_SEALED_FILES = 4096  # records in one sealed step (one per case); more is "not in the grader's format"
+MAX_RECORD_BYTES = 64 * 2**20  # one case's saved answer
+MAX_SEALED_BYTES = 256 * 2**20  # one sealed step, all records together
+
+
+def sealed_name(token: str) -> str:
+    """The file a step's sealer writes; the token is fresh per step, so nothing planted earlier matches."""
+    return f"sealed-{token}.bin"
+
+
+def driver_call(function: str, *args: Any) -> str:
+    """The code of a driver cell: one call into the driver module, with JSON-literal arguments.
+
+    Everything the driver needs (job spec, cases, token) travels inside the cell's code, never in
+    a file the learner could rewrite before the driver reads it.
+    """
+    return f"__import__({DRIVER_MODULE!r}, fromlist=['_']).{function}(*__import__('json').loads({json.dumps(json.dumps(list(args)))}))"
+
+
+def pack_sealed(header: dict[str, Any], blobs: list[tuple[str, bytes]]) -> bytes:
+    """Magic, a JSON header (with each blob's name and size), then the blobs back to back."""
+    head = dict(header, files=[[name, len(blob)] for name, blob in blobs])
+    text = json.dumps(head).encode()
+    return SEAL_MAGIC + struct.pack("<Q", len(text)) + text + b"".join(blob for _, blob in blobs)
+
+
+def unpack_sealed(data: bytes) -> tuple[dict[str, Any], dict[str, bytes]]:
+    """Parse a sealed step with caps; raise ValueError on anything out of format."""
+    if len(data) > MAX_SEALED_BYTES or not data.startswith(SEAL_MAGIC):
+        raise ValueError("not a sealed step")
+    at = len(SEAL_MAGIC)
+    (size,) = struct.unpack("<Q", data[at:at + 8])
+    at += 8
+    if size > 16 * 2**20:
+        raise ValueError("header too large")
+    header = json.loads(data[at:at + size])
+    at += size
+    files = header.get("files") if isinstance(header, dict) else None
+    if not isinstance(files, list) or len(files) > MAX_SEALED_FILES:
+        raise ValueError("bad file list")
+    blobs: dict[str, bytes] = {}
+    for entry in files:
+        name, length = entry
+        if not isinstance(name, str) or not isinstance(length, int) or length < 0 or length > MAX_RECORD_BYTES:
+            raise ValueError("bad entry")
+        blobs[name] = data[at:at + length]
+        at += length
+    if at != len(data):
+        raise ValueError("trailing bytes")
+    return header, blobs
