@@ -20,7 +20,7 @@ def _solution() -> nbformat.NotebookNode:
     graded = new_code_cell("def double(x):\n    ### BEGIN SOLUTION\n    return 2 * x\n    ### END SOLUTION\n\nprint(double(3))",
                            metadata={"torchcontracts": {"id": "labXX_demo/t1", "role": "solution", "task": "t1"}})
     hidden = new_code_cell("### BEGIN HIDDEN CHECKS\nSECRET_CASES = [7]\n### END HIDDEN CHECKS",
-                           metadata={"torchcontracts": {"role": "hidden-check"}})
+                           metadata={"torchcontracts": {"role": "hidden-check", "task": "t1"}})
     return new_notebook(cells=[new_markdown_cell("# demo"), graded, new_code_cell("lab.check(double)"), hidden],
                         metadata={"torchcontracts": {"lab": "labXX_demo"}})
 
@@ -101,3 +101,34 @@ def test_build_rejects_hidden_cells_that_import_lab_instead_of_using_the_one_giv
     sol.cells[3].source = sol.cells[3].source.replace("SECRET_CASES = [7]", line)
     with pytest.raises(LabFormatError, match="must use the `lab` it is given"):
         build_lab(sol, "labXX_demo.ipynb")
+
+
+STRAY = ("from torchcontracts.check import Check\n"
+         "lab.add_hidden(Check('t2', 't2 stray', lambda seed: [], lambda case, out: [], hidden=True))")
+
+
+@pytest.mark.parametrize("meta, line, message", [
+    ({"role": "hidden-check"}, "SECRET_CASES = [7]", "needs metadata task"),
+    ({"role": "hidden-check", "task": ""}, "SECRET_CASES = [7]", "needs metadata task"),
+    ({"role": "hidden-check", "task": "t1"}, STRAY, "for t1 registers checks for t2"),
+    ({"role": "hidden-check", "task": "t1"}, "1 / 0", "fails: ZeroDivisionError"),
+], ids=["no-task", "empty-task", "other-task", "broken-cell"])
+def test_build_rejects_hidden_cells_without_their_task_or_registering_another(meta, line, message):
+    """The grader scores hidden checks by task: a cell must say which task it serves, and serve only that one."""
+    sol = _solution()
+    sol.cells[3].metadata = {"torchcontracts": meta}
+    sol.cells[3].source = sol.cells[3].source.replace("SECRET_CASES = [7]", line)
+    with pytest.raises(LabFormatError, match=message):
+        build_lab(sol, "labXX_demo.ipynb")
+
+
+def test_build_checks_hidden_cells_of_a_real_lab_against_its_tasks():
+    sol = nbformat.read(ROOT / "solutions" / "lab01_strides.ipynb", as_version=4)
+    hidden = [c for c in sol.cells if c.metadata.get("torchcontracts", {}).get("role") == "hidden-check"]
+    assert [c.metadata["torchcontracts"]["task"] for c in hidden] == ["t1", "t2", "t3", "t4", "t5"]
+    hidden[0].metadata["torchcontracts"]["task"] = "t2"
+    with pytest.raises(LabFormatError, match="for t2 registers checks for t1"):
+        build_lab(sol, "lab01_strides.ipynb")
+    hidden[0].metadata["torchcontracts"]["task"] = "t9"
+    with pytest.raises(LabFormatError, match="unknown task 't9'"):
+        build_lab(sol, "lab01_strides.ipynb")

@@ -3,6 +3,10 @@
 The format is defined in ``labformat``; here, solution code becomes a ``raise NotImplementedError(...)``
 naming the task, hidden-check cells are removed, outputs and execution counts are stripped, and the
 JSON is written deterministically, so ``labs check`` can compare bytes.
+
+Each hidden-check cell is run once here (as the grader runs it, with ``__grading__`` set) to check
+that it registers checks for the task its metadata names and no other: the grader scores checks by
+task, so a cell that strays would move points silently.
 """
 
 from __future__ import annotations
@@ -10,9 +14,11 @@ from __future__ import annotations
 import copy
 import importlib
 from pathlib import Path
+from typing import Any
 
 import nbformat
 
+from .check import LabSpec
 from .labformat import (BEGIN_HIDDEN, BEGIN_SOLUTION, END_HIDDEN, END_SOLUTION, IMPORTS_LAB, META, ROLE_HIDDEN,
                         ROLE_SOLUTION, LabCell, LabFormatError, cell_meta, find_root, graded_cells,
                         hidden_check_sources)
@@ -45,12 +51,58 @@ def _stub(source: str, message: str, where: str) -> str:
     return "\n".join(out)
 
 
-def _target_of(lab_id: str, task: str) -> str:
+def _spec_of(lab_id: str) -> LabSpec | None:
+    """A private copy of the lab's public spec (hidden checks registered here never reach the module's)."""
     try:
-        spec = importlib.import_module(f"torchcontracts.labchecks.{lab_id}").lab
-        return spec.tasks[task].target
-    except (ImportError, AttributeError, KeyError):
-        return "the function"
+        base = importlib.import_module(f"torchcontracts.labchecks.{lab_id}").lab
+    except (ImportError, AttributeError):
+        return None
+    spec = copy.copy(base)
+    spec.tasks, spec.checks = dict(base.tasks), [c for c in base.checks if not c.hidden]
+    return spec
+
+
+def _target_of(spec: LabSpec | None, task: str) -> str:
+    return spec.tasks[task].target if spec is not None and task in spec.tasks else "the function"
+
+
+class _Registrar:
+    """Stands in for ``lab`` while a hidden-check cell runs here: it records the tasks the cell registers."""
+
+    def __init__(self, spec: LabSpec | None) -> None:
+        self._spec = spec
+        self.tasks: list[str] = []
+
+    def add_hidden(self, *checks: Any) -> None:
+        self.tasks += [str(getattr(c, "task", "")) for c in checks]
+        if self._spec is not None:
+            self._spec.add_hidden(*checks)  # unknown task, disagreeing target: ValueError
+
+    def verify_hidden(self, namespace: Any) -> None:
+        """The reference is not defined here; the solution notebook verifies it when it runs."""
+
+    def __getattr__(self, name: str) -> Any:
+        if self._spec is None:
+            raise AttributeError(name)
+        return getattr(self._spec, name)
+
+
+def _check_hidden_cell(src: str, task: Any, spec: LabSpec | None, where: str) -> None:
+    """A hidden-check cell names its task in its metadata and registers checks for that task only."""
+    if not isinstance(task, str) or not task:
+        raise LabFormatError(f"{where}: a hidden-check cell needs metadata task (the task whose checks it registers)")
+    if spec is not None and task not in spec.tasks:
+        raise LabFormatError(f"{where}: hidden-check cell for unknown task {task!r} (tasks: {', '.join(spec.tasks)})")
+    registrar = _Registrar(spec)
+    try:
+        exec(compile(src, f"<{where}>", "exec"), {"lab": registrar, "__grading__": True,  # noqa: S102
+                                                  "__name__": "hidden_check_cell"})
+    except Exception as err:  # noqa: BLE001 - a broken course cell, said in one line
+        raise LabFormatError(f"{where}: the hidden-check cell fails: {type(err).__name__}: {err}") from None
+    strays = sorted(set(registrar.tasks) - {task})
+    if strays:
+        raise LabFormatError(f"{where}: a hidden-check cell for {task} registers checks for {', '.join(strays)}: "
+                             "one cell per task, with that task in its metadata")
 
 
 def build_lab(solution: nbformat.NotebookNode, source_name: str) -> nbformat.NotebookNode:
@@ -59,6 +111,7 @@ def build_lab(solution: nbformat.NotebookNode, source_name: str) -> nbformat.Not
     if not lab_id:
         raise LabFormatError(f"{source_name}: notebook metadata lacks torchcontracts.lab")
     nb = copy.deepcopy(solution)
+    spec = _spec_of(lab_id)
     kept = []
     seen: set[str] = set()
     for n, cell in enumerate(nb.cells):
@@ -74,6 +127,7 @@ def build_lab(solution: nbformat.NotebookNode, source_name: str) -> nbformat.Not
                 raise LabFormatError(f"{where}: {BEGIN_HIDDEN} is never closed")
             if IMPORTS_LAB.search(src):
                 raise LabFormatError(f"{where}: a hidden-check cell must use the `lab` it is given, not import it")
+            _check_hidden_cell(src, meta.get("task"), spec, where)
             continue
         if role == ROLE_SOLUTION:
             task, cid = meta.get("task"), meta.get("id")
@@ -84,7 +138,7 @@ def build_lab(solution: nbformat.NotebookNode, source_name: str) -> nbformat.Not
             seen.add(cid)
             if BEGIN_SOLUTION not in src:
                 raise LabFormatError(f"{where}: solution cell {cid} has no {BEGIN_SOLUTION}")
-            target = _target_of(lab_id, task)
+            target = _target_of(spec, task)
             msg = f"Task {task}: write `{target}` here, then run the check cell below it"
             cell.source = _stub(src, msg, where)
         elif BEGIN_SOLUTION in src:
