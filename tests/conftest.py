@@ -27,8 +27,25 @@ def read(path: Path) -> nbformat.NotebookNode:
     return nbformat.read(path, as_version=4)
 
 
+def course_imports(nb: nbformat.NotebookNode) -> dict:
+    """A namespace holding the top-level imports of a notebook's course cells (what graded cells rely on)."""
+    import ast
+
+    from torchcontracts.labformat import cell_meta
+
+    ns: dict = {}
+    for cell in nb.cells:
+        if cell.cell_type != "code" or cell_meta(cell).get("role"):
+            continue
+        tree = ast.parse(cell.source)
+        imports = [node for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))]
+        exec(compile(ast.Module(body=imports, type_ignores=[]), "<course imports>", "exec"), ns)
+    return ns
+
+
 def solution_functions(lab_id: str, namespace: dict | None = None) -> dict:
-    """The reference functions of a lab, exec'd from its solution's graded cells (quietly)."""
+    """The reference functions of a lab, exec'd (quietly) from its solution's graded cells, after the
+    solution's own imports (or in ``namespace`` when given)."""
     import contextlib
     import io
 
@@ -36,8 +53,9 @@ def solution_functions(lab_id: str, namespace: dict | None = None) -> dict:
     from torchcontracts.labchecks import __name__ as pkg
 
     spec = __import__(f"{pkg}.{lab_id}", fromlist=["lab"]).lab
-    ns = dict(namespace or {})
-    for cell in graded_cells(read(ROOT / "solutions" / f"{lab_id}.ipynb")).values():
+    nb = read(ROOT / "solutions" / f"{lab_id}.ipynb")
+    ns = dict(namespace) if namespace is not None else course_imports(nb)
+    for cell in graded_cells(nb).values():
         with contextlib.redirect_stdout(io.StringIO()):
             exec(compile(cell.source, f"<{lab_id} cell>", "exec"), ns)
     return {t.target: ns[t.target] for t in spec.tasks.values()}

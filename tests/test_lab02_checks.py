@@ -1,31 +1,21 @@
-"""Lab 02 (autograd): the reference passes every check; common wrong answers fail for the right reason.
+"""Lab 02 (autograd): common wrong answers fail for the right reason.
 
-The reference functions and the hidden checks come from ``solutions/lab02_autograd.ipynb`` itself
-(graded cells and hidden-check cells exec'd here), so the tests follow the notebook.
+What every lab must satisfy (reference full marks, judges that never crash, no leaked answers)
+is in ``test_lab_contract.py``; here are only lab 02's wrong answers (and its drivers' own units).
 """
 
 from __future__ import annotations
 
-import io
 from typing import Any, Callable
 
 import pytest
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 
-from conftest import ROOT, checks_by_task, solution_functions
+from conftest import checks_by_task
 from torchcontracts.check import Case, Check
 from torchcontracts.labchecks.lab02_autograd import build_mlp, lab
 
-SOLUTION = ROOT / "solutions" / "lab02_autograd.ipynb"
-TASKS = ["t1", "t2", "t3", "t4", "t5", "t6"]
-
-
-@pytest.fixture(scope="module")
-def ref() -> dict[str, Callable[..., Any]]:
-    """The reference functions, exec'd from the solution's graded cells."""
-    return solution_functions(lab.lab_id, {"torch": torch, "nn": nn, "F": F})
 
 
 @pytest.fixture(scope="module")
@@ -36,43 +26,6 @@ def checks() -> dict[str, list[Check]]:
 
 def _failures(checks: list[Check], fn: Callable[..., Any], seed: int = 12345) -> list[str]:
     return [o.reason for o in (c.run_local(fn, seed=seed) for c in checks) if not o.ok]
-
-
-def test_every_task_has_public_and_hidden_checks(checks):
-    for task, cs in checks.items():
-        assert any(not c.hidden for c in cs), f"{task} has no public check"
-        assert any(c.hidden for c in cs), f"{task} has no hidden check"
-
-
-@pytest.mark.parametrize("task", TASKS)
-def test_reference_passes_public_and_hidden_checks(task, ref, checks):
-    fn = ref[lab.tasks[task].target]
-    for seed in (0, 1, 12345):
-        assert _failures(checks[task], fn, seed) == []
-
-
-def test_points_total_sixteen():
-    assert lab.total_points == 16
-
-
-@pytest.mark.parametrize("task", TASKS)
-def test_cases_and_driver_outputs_survive_a_weights_only_round_trip(task, ref, checks):
-    fn = ref[lab.tasks[task].target]
-    for c in checks[task]:
-        for case in c.cases(7):
-            for payload in ([case.label, list(case.args)], c.invoke(fn, case)):
-                buf = io.BytesIO()
-                torch.save(payload, buf)
-                buf.seek(0)
-                torch.load(buf, weights_only=True)
-
-
-def test_call_drivers_are_module_level_functions_the_grader_can_import(checks):
-    import torchcontracts.labchecks.lab02_autograd as module
-
-    for cs in checks.values():
-        for c in cs:
-            assert c.call is not None and getattr(module, c.call.__name__) is c.call
 
 
 # --- common wrong answers, per task ----------------------------------------------------------
@@ -334,18 +287,6 @@ def test_edge_case_answers_pass_public_checks_and_fail_hidden_ones(task, name, c
     hidden = [c for c in checks[task] if c.hidden]
     assert _failures(public, fn) == [], f"{task} '{name}' already fails the public checks"
     assert _failures(hidden, fn), f"{task} '{name}' passes the hidden checks"
-
-
-@pytest.mark.parametrize("task", TASKS)
-@pytest.mark.parametrize("odd", [None, "a string", 3.5, [[1, 2]], torch.zeros(2, 2),
-                                 {"out": "list", "grads": ["no gradient"]}, {"norms": {"x": "nan"}, "passed": 1}],
-                         ids=repr)
-def test_judges_never_raise_on_odd_results(task, odd, checks):
-    for c in checks[task]:
-        for case in c.cases(0):
-            rows = list(c.judge(case, odd))
-            assert rows and not all(r.ok for r in rows)
-            assert all("could not be judged" not in r.status for r in rows)
 
 
 def test_monitor_driver_builds_the_same_model_the_judge_does():

@@ -1,7 +1,7 @@
-"""Lab 03 (memory): the reference passes every check; common wrong answers fail for the right reason.
+"""Lab 03 (memory): common wrong answers fail for the right reason.
 
-The reference functions and the hidden checks come from ``solutions/lab03_memory.ipynb`` itself
-(graded cells and hidden-check cells exec'd here), so the test follows the notebook.
+What every lab must satisfy (reference full marks, judges that never crash, no leaked answers)
+is in ``test_lab_contract.py``; here are only lab 03's wrong answers.
 """
 
 from __future__ import annotations
@@ -14,21 +14,11 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint, checkpoint_sequential
 
-from conftest import ROOT, checks_by_task, solution_functions
+from conftest import checks_by_task
 from torchcontracts.check import Check
 from torchcontracts.labchecks.lab03_memory import lab, train_leaky
 
-SOLUTION = ROOT / "solutions" / "lab03_memory.ipynb"
 MiB, KiB = 1 << 20, 1 << 10
-
-
-@pytest.fixture(scope="module")
-def ref() -> dict[str, Callable[..., Any]]:
-    """The reference functions, exec'd from the solution's graded cells."""
-    from torchcontracts.labchecks.lab03_memory import make_deep_mlp, make_small_mlp
-
-    return solution_functions(lab.lab_id, {"torch": torch, "nn": torch.nn, "F": F, "checkpoint": checkpoint,
-                                           "make_deep_mlp": make_deep_mlp, "make_small_mlp": make_small_mlp})
 
 
 @pytest.fixture(scope="module")
@@ -40,24 +30,6 @@ def checks() -> dict[str, list[Check]]:
 def _failures(checks: list[Check], fn: Callable[..., Any], hidden: bool | None = None) -> list[str]:
     chosen = [c for c in checks if hidden is None or c.hidden == hidden]
     return [o.reason for o in (c.run_local(fn, seed=12345) for c in chosen) if not o.ok]
-
-
-def test_every_task_has_public_and_hidden_checks(checks):
-    for task, cs in checks.items():
-        assert any(not c.hidden for c in cs), f"{task} has no public check"
-        assert any(c.hidden for c in cs), f"{task} has no hidden check"
-
-
-def test_measuring_checks_run_in_a_fresh_kernel_through_module_level_drivers(checks):
-    for task in ("t1", "t2"):
-        for c in checks[task]:
-            assert c.fresh_kernel and c.call is not None
-            assert c.call.__module__ == "torchcontracts.labchecks.lab03_memory"
-
-
-@pytest.mark.parametrize("task", ["t1", "t2", "t3"])
-def test_reference_passes_public_and_hidden_checks(task, ref, checks):
-    assert _failures(checks[task], ref[lab.tasks[task].target]) == []
 
 
 # --- t1 -------------------------------------------------------------------------------------------
