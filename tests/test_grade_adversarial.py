@@ -1,34 +1,42 @@
-"""The grader is not fooled: every adversarial submission gets its exact score and reason.
+"""The grader is not fooled: every adversarial submission gets its exact score and reason, in both sandbox modes.
 
-All submissions go through ONE `torchcontracts grade DIR -j 2` run (the expensive part: one
-kernel per submission), then each test asserts its own row.
+All submissions go through ONE `torchcontracts grade DIR -j 2` run per mode (the expensive part:
+one kernel per submission), then each test asserts its own row. The grader runs with a canary
+in its environment, which no feedback may contain.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from submissions.adversarial import CELL_TIMEOUT, LAB, MEM_MB, TASKS, build, cases
+from submissions.adversarial import CELL_TIMEOUT, LAB, MEM_MB, TASKS, build, cases, matches
+from torchcontracts.grading.sandbox import bwrap_path
 
 ROOT = Path(__file__).resolve().parents[1]
 NAMES = sorted(cases())
+CANARY = "tc-canary-3f9a1c77e2"
+MODES = [pytest.param("bwrap", marks=pytest.mark.skipif(bwrap_path() is None, reason="bubblewrap is not installed")),
+         "none"]
 
 
 def _sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-@pytest.fixture(scope="module")
-def batch(tmp_path_factory):
-    """Grade every submission once, in a folder run with two workers, from an unrelated cwd."""
-    base = tmp_path_factory.mktemp("grade")
+@pytest.fixture(scope="module", params=MODES)
+def batch(request, tmp_path_factory):
+    """Grade every submission once per sandbox mode, in a folder run with two workers, from an unrelated cwd."""
+    mode = request.param
+    base = tmp_path_factory.mktemp(f"grade-{mode}")
     subs = base / "subs"
     expected = build(subs)
     hashes = {p.name: _sha(p) for p in subs.iterdir()}
@@ -36,20 +44,24 @@ def batch(tmp_path_factory):
     proc = subprocess.run(
         [sys.executable, "-m", "torchcontracts", "grade", str(subs), "--course", str(ROOT), "--lab", LAB,
          "--out", str(out), "-j", "2", "--json", "--quiet", "--cell-timeout", str(CELL_TIMEOUT),
-         "--mem-mb", str(MEM_MB)],
-        capture_output=True, text=True, cwd=base, timeout=600)
+         "--mem-mb", str(MEM_MB), "--sandbox", mode, "--seed", "4242"],
+        capture_output=True, text=True, cwd=base, timeout=600, env={**os.environ, "TC_CANARY_TOKEN": CANARY})
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     results = {Path(r["submission"]).name: r for r in json.loads(proc.stdout)}
+    time.sleep(2.5)  # give anything that outlived its kernel the time to try something
     return {"expected": expected, "results": results, "proc": proc, "gradebook": out, "subs": subs,
-            "hashes": hashes, "base": base}
+            "hashes": hashes, "base": base, "mode": mode}
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_submission_gets_its_exact_score_and_reason(batch, name):
-    expect = batch["expected"][f"{name}.ipynb"]
+    expect = batch["expected"][f"{name}.ipynb"].in_mode(batch["mode"])
     got = batch["results"][f"{name}.ipynb"]
-    assert {t["id"]: (t["score"], t["reason"]) for t in got["tasks"]} == expect.tasks
+    scored = {t["id"]: (t["score"], t["reason"]) for t in got["tasks"]}
+    assert set(scored) == set(expect.tasks), scored
+    assert all(matches(expect.tasks[t], scored[t]) for t in scored), scored
     assert got["score"] == pytest.approx(expect.total)
+    assert got["sandbox"] == batch["mode"]
     assert got["max_score"] == 12
     for needle in expect.problems:
         assert any(needle in p for p in got["problems"]), got["problems"]
@@ -106,3 +118,22 @@ def test_hidden_checks_say_what_failed_but_not_where(batch):
     assert hidden["t1"] == ["passed"]
     names = [c["name"] for t in tasks.values() for c in t["checks"] if c["hidden"]]
     assert names == [f"hidden check 1 of t{n}" for n in range(1, 6)]
+
+
+def test_no_feedback_carries_the_graders_environment_or_a_hidden_input(batch):
+    from torchcontracts.grading.plan import lab_spec
+
+    text = batch["proc"].stdout + batch["proc"].stderr
+    assert CANARY not in text
+    spec = lab_spec(ROOT, LAB)
+    hidden_inputs = {repr(tuple(c.args[0])) for ch in spec.checks if ch.hidden and ch.task == "t1" for c in ch.cases(4242)}
+    public_inputs = {repr(tuple(c.args[0])) for ch in spec.checks if not ch.hidden and ch.task == "t1"
+                     for c in ch.cases(4242)}
+    leaked = batch["results"]["leak_hidden_inputs.ipynb"]["tasks"][1]["reason"]
+    assert any(p in leaked for p in public_inputs), leaked  # the echo works...
+    assert not [h for h in hidden_inputs - public_inputs if h in leaked], leaked  # ...but no hidden input was there yet
+
+
+def test_the_grade_says_which_sandbox_graded_it(batch):
+    book = pd.read_csv(batch["gradebook"])
+    assert set(book["sandbox"]) == {batch["mode"]}

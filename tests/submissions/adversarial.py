@@ -20,7 +20,17 @@ TASKS = ["t1", "t2", "t3", "t4", "t5"]
 POINTS = {"t1": 2.0, "t2": 2.0, "t3": 3.0, "t4": 3.0, "t5": 2.0}
 CELL_TIMEOUT = 3
 MEM_MB = 2048
-OK = "all 2 checks pass"
+
+
+def _checks_per_task() -> dict[str, int]:
+    from torchcontracts.grading.plan import lab_spec
+
+    spec = lab_spec(ROOT, LAB)
+    return {t: len(spec.checks_for(t)) for t in spec.tasks}
+
+
+CHECKS = _checks_per_task()
+OK = {t: f"all {n} checks pass" for t, n in CHECKS.items()}
 NOT_IMPLEMENTED = "not implemented"
 
 
@@ -30,6 +40,10 @@ class Expect:
 
     tasks: dict[str, tuple[float, str]]
     problems: tuple[str, ...] = ()
+    none: "Expect | None" = None  # the grade in `none` mode where it differs (what needs the OS)
+
+    def in_mode(self, mode: str) -> "Expect":
+        return self.none if mode == "none" and self.none is not None else self
 
     @property
     def total(self) -> float:
@@ -100,7 +114,7 @@ def _tamper(name: str, code: str, task: str = "t1") -> tuple[nbformat.NotebookNo
 
 
 def _full(**over: tuple[float, str]) -> dict[str, tuple[float, str]]:
-    tasks = {t: (POINTS[t], OK) for t in TASKS}
+    tasks = {t: (POINTS[t], OK[t]) for t in TASKS}
     tasks.update(over)
     return tasks
 
@@ -183,6 +197,204 @@ os.makedirs("results", exist_ok=True)
 json.dump({"score": 100}, open(os.path.join("results", "results.json"), "w"))'''
 
 
+HOOK = "import sys\nsys.{which}(lambda *a: None)   # a hook that could rewrite answers after the calls"
+
+THREAD_REWRITER = '''import os, threading, time
+
+def _rewrite_forever():   # rewrites anything that looks like the grader's answers, as fast as it can
+    while True:
+        for name in os.listdir("."):
+            if name.startswith(("sealed-", "snap-", "0-", "1-")) or name.endswith((".pt", ".bin", ".part")):
+                try:
+                    with open(name, "wb") as fh:
+                        fh.write(b"forged")
+                except OSError:
+                    pass
+        time.sleep(0.0005)
+
+threading.Thread(target=_rewrite_forever, daemon=True).start()
+'''
+
+CODE_SWAP = '''import torchcontracts.check as chk
+chk.compare.__code__ = (lambda *a, **k: None).__code__   # same function object, other code
+'''
+
+SERIALIZATION_SWAP = '''import torch.serialization
+torch.serialization.default_restore_location = lambda storage, location: storage
+'''
+
+PLANT_AND_INTERRUPT = '''import os, torch
+# plant files named like the grader's outputs and seals, with the right strides, then break the driver
+for idx in range(12):
+    for n in range(8):
+        torch.save({"args": ((2, 3, 4),), "out": (12, 4, 1)}, f"{idx}-{n}.pt")
+for name in ("sealed-0.bin", "baseline.json", "snap-t1.json"):
+    open(name, "w").write("{}")
+raise KeyboardInterrupt
+'''
+
+ESCAPE_SCRIPT = r'''
+import os, time, json
+time.sleep(1.0)
+for _ in range(60):
+    for pid in os.listdir("/proc"):
+        try:
+            args = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+        except OSError:
+            continue
+        if b"--gradescope" in args:
+            path = args[args.index(b"--gradescope") + 1].decode()
+            try:
+                json.dump({"score": 12, "tests": []}, open(path, "w"))
+            except OSError:
+                pass
+    time.sleep(0.1)
+'''
+
+OUTLIVE = f'''import subprocess, sys
+subprocess.Popen([sys.executable, "-c", {ESCAPE_SCRIPT!r}], start_new_session=True,
+                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)   # its own session: outlives the kernel
+'''
+
+READ_BY_SUBPROCESS = '''def contiguous_strides(shape):
+    import json, pathlib, subprocess, torchcontracts
+    path = pathlib.Path(torchcontracts.__file__).parents[2] / "solutions" / "lab01_strides.ipynb"
+    text = subprocess.run(["cat", str(path)], capture_output=True, text=True).stdout   # not `open`
+    ns = {}
+    for cell in json.loads(text)["cells"]:
+        if cell["metadata"].get("torchcontracts", {}).get("task") == "t1":
+            exec("".join(cell["source"]), ns)
+    return ns["contiguous_strides"](shape)
+'''
+
+READ_BY_DIR_FD = '''def contiguous_strides(shape):
+    import json, os, torchcontracts
+    course = os.open(os.path.dirname(os.path.dirname(os.path.dirname(torchcontracts.__file__))), os.O_RDONLY)
+    fd = os.open("solutions/lab01_strides.ipynb", os.O_RDONLY, dir_fd=course)   # relative to a folder fd
+    ns = {}
+    for cell in json.loads(os.read(fd, 10_000_000))["cells"]:
+        if cell["metadata"].get("torchcontracts", {}).get("task") == "t1":
+            exec("".join(cell["source"]), ns)
+    return ns["contiguous_strides"](shape)
+'''
+
+READ_BY_GIT = '''def contiguous_strides(shape):
+    import json, os, subprocess, torchcontracts
+    course = os.path.dirname(os.path.dirname(os.path.dirname(torchcontracts.__file__)))
+    text = subprocess.run(["git", "-C", course, "show", "HEAD:solutions/lab01_strides.ipynb"],
+                          capture_output=True, text=True).stdout
+    ns = {}
+    for cell in json.loads(text)["cells"]:
+        if cell["metadata"].get("torchcontracts", {}).get("task") == "t1":
+            exec("".join(cell["source"]), ns)
+    return ns["contiguous_strides"](shape)
+'''
+
+READ_AFTER_GC = '''def contiguous_strides(shape):
+    import gc, json, pathlib, torchcontracts
+    for obj in gc.get_objects():   # empty the audit hook's own state (its closure cells), then read
+        if callable(obj) and getattr(obj, "__name__", "") == "hook" and getattr(obj, "__closure__", None):
+            for cell in obj.__closure__:
+                try:
+                    if isinstance(cell.cell_contents, (set, frozenset)):
+                        cell.cell_contents = frozenset()
+                except ValueError:
+                    pass
+    path = pathlib.Path(torchcontracts.__file__).parents[2] / "solutions" / "lab01_strides.ipynb"
+    ns = {}
+    for cell in json.load(open(path))["cells"]:
+        if cell["metadata"].get("torchcontracts", {}).get("task") == "t1":
+            exec("".join(cell["source"]), ns)
+    return ns["contiguous_strides"](shape)
+'''
+
+LEAK_HIDDEN = '''SEEN = []
+
+def contiguous_strides(shape):
+    SEEN.append(tuple(shape))   # every input the grader ever passes, hidden ones too
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= max(size, 1)
+    return tuple(reversed(strides))
+'''
+
+LEAK_HIDDEN_T2 = '''def is_contiguous(shape, strides):
+    raise ValueError("seen so far: " + repr(SEEN))   # echo them through public feedback
+'''
+
+LEAK_ENV = r'''def contiguous_strides(shape):
+    import os
+    found = []
+    for p in os.listdir("/proc"):
+        try:
+            found.append(open(f"/proc/{p}/environ", "rb").read().decode(errors="replace").replace("\0", " "))
+        except OSError:
+            pass
+    raise ValueError(" ".join(os.environ.values()) + " " + " ".join(found))
+'''
+
+SET_VIEW_T5 = '''import torch
+
+def diagonal_view(x):
+    n = x.shape[0]
+    big = torch.empty(x.numel() + n, dtype=x.dtype)
+    big[: x.numel()] = x.contiguous().flatten()
+    big[x.numel():] = x.diagonal()                      # a copy of the diagonal...
+    x.set_(big.untyped_storage(), 0, x.shape, (x.shape[1], 1))   # ...moved into the input's new storage
+    return big[x.numel():]                              # shares storage with x, but is no view of it
+'''
+
+HUGE_T1 = '''import torch
+
+def contiguous_strides(shape):
+    return torch.zeros(2**25)   # 128 MB: over the grader's cap on one answer
+'''
+
+
+def _malformed() -> str:
+    data = json.loads(nbformat.writes(notebook()))
+    data["cells"][1]["source"] = ["x = 1\n", 5]
+    return json.dumps(data)
+
+
+SYMLINK = "symlink:solutions/lab01_strides.ipynb"  # build() makes the file a symbolic link to this
+TAMPER_HOOK = "tampering detected: a trace or profile function was set while the grader's checks ran"
+THREAD = ("a thread it started was still running when the answers were sealed: stop or join your threads before "
+          "the function returns")
+T1_WRONG = "*t1 row-major strides: shape (2, 3, 4): strides: values differ"  # '*' = starts with
+RAISED_JSON = "*`contiguous_strides` raised JSONDecodeError"
+RAISED_MISSING = "*`contiguous_strides` raised FileNotFoundError"
+LEAKED = "*`is_contiguous` raised ValueError: seen so far:"
+T5_SET = "*t5 diagonal of a fresh square matrix: arange(16).reshape(4, 4): changed its input in place"
+HUGE = "*t1 row-major strides: shape (2, 3, 4): the answer is too large to judge (over 64 MB)"
+BLOCKED = Expect({t: (0.0, "tampering detected: tried to read the course's solutions/ (blocked)") for t in TASKS})
+
+
+def _all_zero(answers: dict[str, str], reason: str) -> tuple[nbformat.NotebookNode, Expect]:
+    return notebook(answers), Expect({t: (0.0, reason) for t in TASKS}, (reason,))
+
+
+def _solved(lab: str) -> nbformat.NotebookNode:
+    """Another lab's notebook with its reference answers: a learner hands in the wrong (solved) lab."""
+    sol = nbformat.read(ROOT / "solutions" / f"{lab}.ipynb", as_version=4)
+    answers = {c.metadata["torchcontracts"]["id"]: c.source for c in sol.cells
+               if c.metadata.get("torchcontracts", {}).get("role") == "solution"}
+    nb = nbformat.read(ROOT / "labs" / f"{lab}.ipynb", as_version=4)
+    for cell in nb.cells:
+        cid = cell.metadata.get("torchcontracts", {}).get("id")
+        if cid in answers:
+            cell.source = answers[cid]
+    return nb
+
+
+def matches(want: tuple[float, str], got: tuple[float, str]) -> bool:
+    """A task's (score, reason) as expected; a reason starting with '*' is a prefix."""
+    if want[0] != got[0]:
+        return False
+    return got[1].startswith(want[1][1:]) if want[1].startswith("*") else got[1] == want[1]
+
+
 def cases() -> dict[str, tuple[nbformat.NotebookNode | str, Expect]]:
     """name -> (notebook, or raw file text, and the grade it must get)."""
     not_impl = {t: (0.0, NOT_IMPLEMENTED) for t in TASKS}
@@ -199,7 +411,7 @@ def cases() -> dict[str, tuple[nbformat.NotebookNode | str, Expect]]:
         "correct": (notebook(), Expect(_full())),
         "blank": (_blank(), Expect(not_impl)),
         "partial": (notebook({"t3": PARTIAL_T3, "t4": COPY_T4}, solved=("t1", "t2")), Expect(_full(
-            t3=(1.5, "hidden check 1 of t3: failed (values differ)"),
+            t3=(POINTS["t3"] / CHECKS["t3"], "*t3 windows of a view (its own stride and offset): "),
             t4=(0.0, "t4 patches of a fresh (C, H, W) tensor: (1, 4, 4), k 2: patches: values right, "
                      "but it is a copy: return a view of the input"),
             t5=(0.0, NOT_IMPLEMENTED)))),
@@ -214,11 +426,10 @@ def cases() -> dict[str, tuple[nbformat.NotebookNode | str, Expect]]:
                                        "import torchcontracts.check as chk\nchk.compare = lambda *a, **k: None\n"
                                        "chk.Check.invoke = lambda self, fn, case: None", "t2"),
         "checks_edited_deleted": (notebook({"t1": WRONG_T1}, edit=_edit_check_cells), Expect(_full(
-            t1=(0.0, "t1 row-major strides: shape (2, 3, 4): strides: values differ: expected (12, 4, 1)")))),
+            t1=(0.0, T1_WRONG)))),
         "overwrite_saved_answers": (notebook({"t1": WRONG_T1, **_with("t2", OVERWRITE_T2)}), Expect(_full(
-            t1=(0.0, "t1 row-major strides: shape (2, 3, 4): strides: values differ: expected (12, 4, 1)")))),
-        "read_solutions": (notebook({"t1": READ_SOLUTIONS}), Expect(
-            {t: (0.0, "tampering detected: tried to read the course's solutions/ (blocked)") for t in TASKS})),
+            t1=(0.0, T1_WRONG)))),
+        "read_solutions": (notebook({"t1": READ_SOLUTIONS}), Expect(_full(t1=(0.0, RAISED_MISSING)), none=BLOCKED)),
         "renamed_and_deleted": (notebook({"t1": _renamed(), "t2": None}),
                                 Expect(_full(t1=(0.0, renamed), t2=(0.0, missing_t2)))),
         "infinite_loop": (notebook({"t3": LOOP}), Expect(_full(
@@ -250,6 +461,33 @@ def cases() -> dict[str, tuple[nbformat.NotebookNode | str, Expect]]:
                                              "again from Jupyter") for t in TASKS})),
         "other_lab": (other, Expect({t: (0.0, f"wrong lab: this is the notebook of lab02_autograd, expected {LAB}")
                                      for t in TASKS})),
+        # --- what an earlier red team broke, by class ---
+        "hook_setprofile": _all_zero(_with("t2", HOOK.format(which="setprofile")), TAMPER_HOOK),
+        "hook_settrace": _all_zero(_with("t3", HOOK.format(which="settrace")), TAMPER_HOOK),
+        "thread_rewriter": (notebook({"t1": WRONG_T1, **_with("t2", THREAD_REWRITER)}), Expect(
+            {"t1": (0.0, T1_WRONG), **{t: (0.0, THREAD) for t in TASKS[1:]}})),
+        "code_swap": _all_zero(_with("t3", CODE_SWAP), "tampering detected: torchcontracts.check.compare, "
+                                                       "torchcontracts.labchecks.lab01_strides.compare replaced"),
+        "serialization_swap": _all_zero(_with("t4", SERIALIZATION_SWAP),
+                                        "tampering detected: torch.serialization.default_restore_location replaced"),
+        "plant_and_interrupt": (notebook({"t1": WRONG_T1 + "\n" + PLANT_AND_INTERRUPT}), Expect(_full(
+            t1=(0.0, T1_WRONG)))),
+        "outlive_kernel": (notebook(_with("t5", OUTLIVE)), Expect(_full())),
+        "read_by_subprocess": (notebook({"t1": READ_BY_SUBPROCESS}), Expect(_full(t1=(0.0, RAISED_JSON)), none=BLOCKED)),
+        "read_by_dir_fd": (notebook({"t1": READ_BY_DIR_FD}), Expect(_full(t1=(0.0, RAISED_MISSING)), none=BLOCKED)),
+        "read_by_git": (notebook({"t1": READ_BY_GIT}), Expect(_full(t1=(0.0, RAISED_JSON)), none=BLOCKED)),
+        "read_after_gc": (notebook({"t1": READ_AFTER_GC}), Expect(_full(t1=(0.0, RAISED_MISSING)), none=Expect(
+            {t: (0.0, "tampering detected: the solutions/ tripwire replaced") for t in TASKS}))),
+        "leak_hidden_inputs": (notebook({"t1": LEAK_HIDDEN, "t2": LEAK_HIDDEN_T2}), Expect(_full(t2=(0.0, LEAKED)))),
+        "leak_environment": (notebook({"t1": LEAK_ENV}), Expect(_full(t1=(0.0, "*`contiguous_strides` raised ValueError")))),
+        "set_storage_view": (notebook({"t5": SET_VIEW_T5}), Expect(_full(t5=(0.0, T5_SET)))),
+        "huge_answer": (notebook({"t1": HUGE_T1}), Expect(_full(t1=(0.0, HUGE)))),
+        "malformed_cell": (_malformed(), Expect({t: (0.0, "not a notebook: the source of cell 2 is not text; open the "
+                                                          "file in Jupyter and save it again") for t in TASKS})),
+        "solved_other_lab": (_solved("lab02_autograd"), Expect(
+            {t: (0.0, f"wrong lab: this is the notebook of lab02_autograd, expected {LAB}") for t in TASKS})),
+        "symlink_to_reference": (SYMLINK, Expect({t: (0.0, "the submission is a symbolic link: submit the notebook "
+                                                           "file itself") for t in TASKS})),
     }
 
 
@@ -263,6 +501,9 @@ def build(folder: Path) -> dict[str, Expect]:
     expected = {}
     for name, (nb, expect) in cases().items():
         path = folder / f"{name}.ipynb"
-        path.write_text(nb if isinstance(nb, str) else nbformat.writes(copy.deepcopy(nb)), encoding="utf-8")
+        if isinstance(nb, str) and nb.startswith("symlink:"):
+            path.symlink_to(ROOT / nb.split(":", 1)[1])
+        else:
+            path.write_text(nb if isinstance(nb, str) else nbformat.writes(copy.deepcopy(nb)), encoding="utf-8")
         expected[path.name] = expect
     return expected

@@ -142,6 +142,27 @@ def _folder(args: argparse.Namespace, opts: "GradeOptions", root: Path) -> int:
     return 0 if any(graded(r) for r in results) else 1
 
 
+def _clean_stale_scratch() -> None:
+    """Remove scratch folders that graders killed with SIGKILL left behind (their pid is gone)."""
+    import shutil
+    import tempfile
+
+    for old in Path(tempfile.gettempdir()).glob("tc-grade-*-*"):
+        pid = old.name.split("-")[2]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists() and sys.platform == "linux":
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def _undumpable() -> None:
+    """Make this process's /proc files (environ, mem) unreadable to other processes of the same user."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
+    except (OSError, AttributeError):
+        pass
+
+
 def _on_signal(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt  # unwinds every `with GradingKernel`, then atexit removes the scratch folder
 
@@ -165,6 +186,8 @@ def cli_main(argv: list[str] | Sequence[str]) -> int:
     if not (root / "labs").is_dir():
         print(f"grade: {root} is not a course folder (it has no labs/): pass --course")
         return 2
+    _undumpable()
+    _clean_stale_scratch()
     if not args.no_fork_server and sys.platform == "linux":
         zygote(sandbox, root, wait=False)  # the fork server imports torch while this process reads the course
     if threading_main():

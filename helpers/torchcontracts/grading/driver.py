@@ -64,21 +64,30 @@ def start(io_dir: str, labchecks: str, threads: int, forbidden: str, uid_isolate
     _STATE.update(io=io_dir, labchecks=labchecks, modules=modules, uid_isolated=uid_isolated,
                   threads=set(_frames()), torch=torch, lc=sys.modules[labchecks],
                   libs=tuple(os.path.realpath(p) + os.sep for p in libs) + tuple(p + os.sep for p in libs))
-    base = watch.fingerprints(watch.watched_objects(labchecks, modules), keep=True)
-    (Path(io_dir) / BASELINE).write_text(json.dumps(base), encoding="utf-8")
     if forbidden:
-        _guard(forbidden, os.open(str(Path(io_dir) / "guard.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
+        _STATE["tripwire"] = _guard(forbidden, os.open(str(Path(io_dir) / "guard.log"),
+                                                       os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
+    base = watch.fingerprints(_watched(), keep=True)
+    (Path(io_dir) / BASELINE).write_text(json.dumps(base), encoding="utf-8")
 
 
-def _guard(forbidden: str, report: int) -> None:
+def _watched() -> dict[str, Any]:
+    """The watch list, plus the tripwire itself: emptying its closure is tampering too."""
+    objs = watch.watched_objects(_STATE["labchecks"], _STATE["modules"])
+    if "tripwire" in _STATE:
+        objs["the solutions/ tripwire"] = _STATE["tripwire"]
+    return objs
+
+
+def _guard(forbidden: str, report: int) -> Any:
     """Block (and report) opening anything under the course's solutions/ from this kernel.
 
     A tripwire for ``none`` mode, where solutions/ is on the kernel's disk; in bwrap mode it is not there.
     """
     realpath, fsdecode, write, sep = os.path.realpath, os.fsdecode, os.write, os.sep  # bound before learner code
     root = realpath(forbidden)
-    events = {"open", "os.listdir", "os.scandir", "os.symlink", "os.link", "os.rename", "shutil.copyfile",
-              "shutil.copytree", "os.chdir", "glob.glob", "subprocess.Popen", "os.exec", "os.posix_spawn"}
+    events = frozenset({"open", "os.listdir", "os.scandir", "os.symlink", "os.link", "os.rename", "shutil.copyfile",
+              "shutil.copytree", "os.chdir", "glob.glob", "subprocess.Popen", "os.exec", "os.posix_spawn"})
     busy: list[bool] = []
 
     def hook(event: str, args: tuple[Any, ...]) -> None:
@@ -93,7 +102,9 @@ def _guard(forbidden: str, report: int) -> None:
                         continue
                     text = fsdecode(text)
                     path = realpath(text) if event not in ("subprocess.Popen", "os.exec", "os.posix_spawn") else text
-                    if path == root or path.startswith(root + sep) or (event != "open" and "solutions" in path):
+                    parts = path.replace("\\", "/").split("/")
+                    if path == root or path.startswith(root + sep) or "solutions" in parts or (
+                            event != "open" and "solutions" in path):
                         try:
                             write(report, f"{event}\n".encode())
                         except OSError:
@@ -103,6 +114,8 @@ def _guard(forbidden: str, report: int) -> None:
             busy.clear()
 
     sys.addaudithook(hook)
+    _STATE["busy"] = busy  # empty whenever no hook call is running: the sealer checks it
+    return hook
 
 
 def _unsupported(value: Any, depth: int = 0) -> str:
@@ -249,7 +262,9 @@ def seal(token: str, blobs: list[tuple[str, bytes]], notes: list[str]) -> None:
             _gc_disable()
             del _gc_callbacks[:]
             _freeze()
-            snap = watch.fingerprints(watch.watched_objects(_STATE["labchecks"], _STATE["modules"]))
+            snap = watch.fingerprints(_watched())
+            if _STATE.get("busy"):
+                snap["the solutions/ tripwire"] = "disabled"
             data = pack_sealed({"notes": notes, "snapshot": snap}, blobs)
             final = os.path.join(_STATE["io"], sealed_name(token))
             part = final + ".part"

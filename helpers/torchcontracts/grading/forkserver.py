@@ -53,7 +53,7 @@ def scratch_root() -> Path:
     """This grader process's scratch folder (made once, removed at exit)."""
     with _SCRATCH_LOCK:
         if not _SCRATCH:
-            path = Path(tempfile.mkdtemp(prefix="tc-grade-"))
+            path = Path(tempfile.mkdtemp(prefix=f"tc-grade-{os.getpid()}-"))
             path.chmod(0o711)  # kernels of their own uid may pass through to their own folder
             _SCRATCH.append(path)
             atexit.register(_remove_scratch)

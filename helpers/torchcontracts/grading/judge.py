@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import math
+import os
 import re
 import zipfile
 from typing import Any, Mapping
@@ -37,6 +38,8 @@ def same_inputs(a: Any, b: Any) -> bool:
             return False
         if a.stride() != b.stride() or a.storage_offset() != b.storage_offset():
             return False
+        if a.untyped_storage().nbytes() != b.untyped_storage().nbytes():
+            return False  # `x.set_(bigger)`: the input now lives in another storage (a copy passed off as a view)
         if a.is_floating_point() or a.is_complex():
             a, b = a.detach(), b.detach()
             return bool(torch.equal(a.isnan(), b.isnan())) and bool(torch.equal(a.nan_to_num(0.0), b.nan_to_num(0.0)))
@@ -82,8 +85,11 @@ def _generic(status: str) -> str:
 
 
 def scrub(text: str) -> str:
-    """A learner's error text for public feedback: one line, no file paths, 160 characters at most."""
+    """A learner's error text for public feedback: one line, no file paths, no value of the grader's
+    environment, 160 characters at most."""
     line = text.strip().splitlines()[0] if text.strip() else ""
+    for value in sorted((v for v in os.environ.values() if len(v) >= 8), key=len, reverse=True):
+        line = line.replace(value, "<hidden>")
     return _PATH.sub("<path>", line)[:160]
 
 

@@ -105,6 +105,7 @@ class _KernelLog:
     tamper: list[str] = dataclasses.field(default_factory=list)
     crashed_at: int | None = None  # the plan step at which the kernel died before the hidden checks
     done: set[str] = dataclasses.field(default_factory=set)  # tasks whose public checks were sealed
+    hidden_done: set[str] = dataclasses.field(default_factory=set)  # tasks whose hidden checks were sealed
 
 
 def _describe_tamper(names: list[str]) -> str:
@@ -136,7 +137,7 @@ def _jobs(checks: list[tuple[int, Check]], cases: dict[int, list[Case]]) -> list
 
 
 def _take_step(run: CellRun, base: dict[str, str], collected: dict[str, bytes], log: _KernelLog,
-               tasks: list[str]) -> bool:
+               tasks: list[str], fails: dict[str, str]) -> bool:
     """Take one sealed step into ``collected``; False when there is none (the driver never sealed)."""
     if run.seal_problem:
         log.tamper.append("seal")
@@ -157,7 +158,7 @@ def _take_step(run: CellRun, base: dict[str, str], collected: dict[str, bytes], 
     threads = [n for n in notes if isinstance(n, str) and n.startswith("threads:")]
     if threads:
         for task in tasks:
-            log.fail.setdefault(task, "a thread it started was still running when the answers were sealed: "
+            fails.setdefault(task, "a thread it started was still running when the answers were sealed: "
                                       "stop or join your threads before the function returns")
     collected.update(blobs)
     return True
@@ -196,11 +197,13 @@ def _run_kernel(lab: str, steps: list[Step], tasks: list[str], missing: frozense
                 log.fail[t] = f"not graded: the grading kernel could not start ({why})"
             return log
         guard_log = io_dir / "guard.log"
-        for n, step in enumerate([*steps, Step("driver", "", "")]):
-            hidden_step = step.kind == "driver" and not step.task
+        hidden_tasks = [t for t in tasks if any(c.task == t for _, c in hidden)]
+        for n, step in enumerate([*steps, *(Step("driver", "", f"hidden:{t}") for t in hidden_tasks)]):
+            hidden_step = step.kind == "driver" and step.task.startswith("hidden:")
+            task = step.task.split(":", 1)[-1]
             if step.kind == "driver" and not hidden_step and not public.get(step.task):
                 continue
-            step_tasks = sorted({c.task for _, c in hidden}) if hidden_step else [step.task]
+            step_tasks = [task]
             left = deadline - time.monotonic()
             if left <= 0:
                 for t in tasks_here:
@@ -209,20 +212,20 @@ def _run_kernel(lab: str, steps: list[Step], tasks: list[str], missing: frozense
                 break
             token = secrets.token_hex(12) if step.kind == "driver" else None
             if step.kind == "driver":
-                jobs = _jobs(hidden if hidden_step else public[step.task], cases)
+                jobs = _jobs([(i, c) for i, c in hidden if c.task == task] if hidden_step else public[step.task], cases)
                 code = driver_call("drive", {"token": token, "jobs": jobs})
             else:
                 code = step.source
-            limit = min(opts.cell_timeout * (max(1, len(step_tasks)) if hidden_step else 1), left)
+            limit = min(opts.cell_timeout, left)
             run = kernel.run(code, limit, seal=token)
             if guard_log.exists() and guard_log.stat().st_size and "reading solutions/" not in log.tamper:
                 log.tamper.append("reading solutions/")
             where = f"the {step.task} cell" if step.kind == "student" else (
-                "the hidden checks" if hidden_step else f"the {step.task} checks" if step.kind == "driver"
+                f"the hidden checks of {task}" if hidden_step else f"the {step.task} checks" if step.kind == "driver"
                 else "a course cell")
             fails = log.hidden_fail if hidden_step else log.fail
             if step.kind == "driver":
-                sealed = _take_step(run, base, collected, log, step_tasks)
+                sealed = _take_step(run, base, collected, log, step_tasks, fails)
                 if run.status in ("ok", "error") and not sealed and "seal" not in log.tamper:
                     log.tamper.append("seal")
                 if run.status == "timeout":
@@ -231,19 +234,18 @@ def _run_kernel(lab: str, steps: list[Step], tasks: list[str], missing: frozense
                 elif run.status == "error":
                     for t in step_tasks:
                         fails.setdefault(t, f"the grading driver failed ({run.ename}): was the kernel disturbed?")
-                if not hidden_step:
-                    log.done.add(step.task)
+                (log.hidden_done if hidden_step else log.done).add(task)
             elif step.kind == "student" and run.status in ("error", "timeout") and step.task not in log.notes:
                 said = f"timed out after {run.seconds:.0f} s" if run.status == "timeout" else f"raised {run.ename}"
                 log.notes[step.task] = f"its cell {said}"
             if not kernel.alive:
                 why = f"not graded: {kernel.dead_reason or run.evalue} in {where}"
-                log.crashed_at = None if hidden_step else n
+                log.crashed_at = min(n, len(steps))  # a second kernel replays the cells before this step
                 for t in tasks_here:
-                    if hidden_step or t in log.done and not (step.kind == "driver" and t == step.task):
-                        log.hidden_fail.setdefault(t, why)
-                    else:
-                        log.fail.setdefault(t, why)
+                    if t in log.done and t not in log.hidden_done and not (step.kind == "driver" and t == task):
+                        log.hidden_fail.setdefault(t, why)  # its hidden step was still to come
+                    elif t not in log.done or step.kind == "driver" and t == task:
+                        (log.hidden_fail if hidden_step else log.fail).setdefault(t, why)
                 break
     return log
 
@@ -311,7 +313,11 @@ def _grade_group(plan: Plan, spec: LabSpec, members: list[tuple[int, Check]], ca
     if log.crashed_at is None or not log.done or time.monotonic() > deadline:
         return log, collected
     steps = [s for s in plan.steps[:log.crashed_at] if s.kind != "driver"]
-    again = [(i, c) for i, c in members if c.hidden and c.task in log.done and c.task not in log.fail]
+    crashed = {t for t, why in log.hidden_fail.items() if not why.startswith("not graded:")} | {
+        t for t in log.done if t in log.hidden_fail and t not in log.hidden_done and
+        log.crashed_at >= len(plan.steps) and log.hidden_fail[t].endswith(f"the hidden checks of {t}")}
+    again = [(i, c) for i, c in members if c.hidden and c.task in log.done and c.task not in log.fail
+             and c.task not in log.hidden_done and c.task not in crashed]
     if not again:
         return log, collected
     extra = _run_kernel(plan.lab, steps, tasks, plan.missing, again, cases, opts, scratch, f"{name}-hidden",
@@ -332,7 +338,7 @@ def grade_file(path: Path, opts: GradeOptions) -> GradeResult:
     problems: list[str] = []
     spec: LabSpec | None = None
     try:
-        nb = read_submission(path)
+        nb = read_submission(path, opts.course)
         lab, note = identify_lab(nb, path, opts.course, opts.lab)
         if note:
             problems.append(note)

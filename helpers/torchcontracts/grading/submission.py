@@ -6,7 +6,10 @@ Every problem becomes a ``SubmissionError`` whose message is the one-line reason
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
+from typing import Any
 
 import nbformat
 
@@ -25,12 +28,46 @@ class GradeSetupError(RuntimeError):
     """The course itself is not ready for grading (missing lab, stale labs/, no solutions/)."""
 
 
-def read_submission(path: Path) -> nbformat.NotebookNode:
-    """Load a notebook without trusting it; raise ``SubmissionError`` with a one-line reason."""
+def _read_plain_file(path: Path, course: Path | None) -> bytes:
+    """The bytes of a regular file that is not a link, and not one of the course's own notebooks."""
     try:
-        raw = path.read_bytes()
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
     except OSError as err:
+        if path.is_symlink():
+            raise SubmissionError("the submission is a symbolic link: submit the notebook file itself") from None
         raise SubmissionError(f"cannot read the file: {err.strerror or err}") from None
+    with os.fdopen(fd, "rb") as fh:
+        info = os.fstat(fh.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise SubmissionError("not a notebook: the submission is not a regular file")
+        if course is not None:
+            for own in [*(course / "solutions").glob("*.ipynb"), *(course / "labs").glob("*.ipynb")]:
+                try:
+                    if os.path.samestat(info, own.stat()) and own.resolve() != path.resolve():
+                        raise SubmissionError("the submission is the course's own notebook (a link to it), "
+                                              "not a learner's file")
+                except OSError:
+                    continue
+        return fh.read(MAX_BYTES + 1)
+
+
+def _check_cells(cells: list[Any]) -> None:
+    """Every cell a dict with a known type and text source: a malformed one is named, not a grader error."""
+    for n, cell in enumerate(cells, 1):
+        if not isinstance(cell, dict) or cell.get("cell_type") not in ("code", "markdown", "raw"):
+            raise SubmissionError(f"not a notebook: cell {n} is not a code, markdown or raw cell; "
+                                  "open the file in Jupyter and save it again")
+        src = cell.get("source", "")
+        if not (isinstance(src, str) or isinstance(src, list) and all(isinstance(x, str) for x in src)):
+            raise SubmissionError(f"not a notebook: the source of cell {n} is not text; "
+                                  "open the file in Jupyter and save it again")
+        if not isinstance(cell.get("metadata", {}), dict):
+            raise SubmissionError(f"not a notebook: the metadata of cell {n} is not a dict")
+
+
+def read_submission(path: Path, course: Path | None = None) -> nbformat.NotebookNode:
+    """Load a notebook without trusting it; raise ``SubmissionError`` with a one-line reason."""
+    raw = _read_plain_file(path, course)
     if not raw.strip():
         raise SubmissionError("empty file: the submission has no content; download the notebook again from Jupyter")
     if len(raw) > MAX_BYTES:
@@ -48,6 +85,9 @@ def read_submission(path: Path) -> nbformat.NotebookNode:
                               "open it in Jupyter 4+ and save it again (nbformat 4)")
     if not isinstance(data.get("cells"), list) or not data["cells"]:
         raise SubmissionError("empty notebook: it has no cells; submit the lab notebook you worked in")
+    _check_cells(data["cells"])
+    if not isinstance(data.get("metadata", {}), dict):
+        raise SubmissionError("not a notebook: its metadata is not a dict")
     try:
         return nbformat.from_dict(data)
     except Exception as err:  # noqa: BLE001 - any odd structure gets one line

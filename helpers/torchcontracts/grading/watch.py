@@ -28,7 +28,7 @@ _SKIP_ATTRS = {"__dict__", "__weakref__", "__doc__", "__annotations__", "__abstr
 _KEEP: list[Any] = []  # objects seen at the baseline, kept alive so that their ids are never reused
 # bound at import (in the fork server, before any learner code): a replaced builtin cannot blind the watch
 _isinstance, _id, _vars, _dir, _getattr_static = isinstance, id, vars, dir, inspect.getattr_static
-_callable, _getattr = callable, getattr
+_callable, _getattr, _len = callable, getattr, len
 _FunctionType, _ModuleType, _BuiltinType = types.FunctionType, types.ModuleType, types.BuiltinFunctionType
 _modules = sys.modules
 
@@ -96,9 +96,11 @@ def _fingerprint(obj: Any) -> str:
         parts += [_id(inner.__code__), _id(inner.__defaults__), _id(inner.__kwdefaults__)]
         for cell in inner.__closure__ or ():
             try:
-                parts.append(_id(cell.cell_contents))
+                content = cell.cell_contents
             except ValueError:  # an empty cell
                 parts.append(0)
+                continue
+            parts.append(_id(content))
     elif _isinstance(inner, property):
         parts += [_id(f.__code__) if _isinstance(f, _FunctionType) else _id(f)
                   for f in (inner.fget, inner.fset, inner.fdel)]
