@@ -157,7 +157,7 @@ def test_fresh_kernel_checks_run_in_their_own_kernel_after_the_labchecks_import(
     shutil.copytree(ROOT / "labs", course / "labs")
     (course / "solutions").mkdir()
     sol = nbformat.read(ROOT / "solutions" / f"{LAB}.ipynb", as_version=4)
-    cell = nbformat.v4.new_code_cell(FRESH_CELL, metadata={"torchcontracts": {"role": "hidden-check"}})
+    cell = nbformat.v4.new_code_cell(FRESH_CELL, metadata={"torchcontracts": {"role": "hidden-check", "task": "t1"}})
     sol.cells.append(cell)
     nbformat.write(sol, course / "solutions" / f"{LAB}.ipynb")
     import torchcontracts.grading.run as core
@@ -170,25 +170,25 @@ def test_fresh_kernel_checks_run_in_their_own_kernel_after_the_labchecks_import(
             super().__init__(*a, **k)
             runs.append([])
 
-        def run(self, code, timeout):
+        def run(self, code, timeout, seal=None):
             runs[-1].append(code)
-            return super().run(code, timeout)
+            return super().run(code, timeout, seal)
 
     monkeypatch.setattr(core, "GradingKernel", Recorder)
     result = grade_file(_write(tmp_path, notebook()), _opts(course))
     assert (result.score, result.problems) == (12, [])  # 3 checks of 2 points: no rounding drift
     t1 = next(t for t in result.tasks if t.id == "t1")
-    assert [c.name for c in t1.checks] == ["t1 row-major strides", "hidden check 1 of t1", "hidden check 2 of t1"]
-    assert all(c.ok for c in t1.checks) and t1.reason == "all 3 checks pass"
+    assert [c.name for c in t1.checks][-2:] == ["hidden check 1 of t1", "hidden check 2 of t1"]
+    assert all(c.ok for c in t1.checks) and t1.reason == f"all {len(t1.checks)} checks pass"
     assert len(runs) == 2
     fresh = runs[1]
-    assert "grading.driver', fromlist=['start'])" in fresh[0] and "lab01_strides" in fresh[0]
-    assert sum("fromlist=['drive']" in code for code in fresh) == 1  # only the fresh check's task
+    assert "grading.driver', fromlist=['_']).start(" in fresh[0] and "lab01_strides" in fresh[0]
+    assert sum(").drive(" in code for code in fresh) == 1  # only the fresh check's task
 
 
 @pytest.mark.parametrize("patch, reason", [
-    ("import torchcontracts.grading.driver as g\ng.drive = lambda path: None",
-     "tampering detected: torchcontracts.grading.driver.drive, the grader's driver replaced"),
+    ("import torchcontracts.grading.driver as g\ng.drive = lambda spec: None",
+     "tampering detected: the grader's sealed answers were disturbed"),
     ("import sys, types\nsys.modules['torchcontracts.check'] = types.ModuleType('torchcontracts.check')",
      "tampering detected: torchcontracts.check module replaced"),
 ], ids=["driver", "sys.modules"])
@@ -213,7 +213,7 @@ def test_a_learner_raising_keyboardinterrupt_fails_its_task_only(tmp_path):
     assert result.problems == [] and result.score == 10
     t1 = result.tasks[0]
     assert (t1.score, t1.reason) == (0, "`contiguous_strides` raised KeyboardInterrupt (case: shape (2, 3, 4))")
-    assert t1.checks[1].reason == "failed (no gradable output)"
+    assert t1.checks[-1].reason == "failed (raised KeyboardInterrupt)"  # hidden: the type, never the text
 
 
 def test_without_the_fork_server_kernels_launch_plainly_and_deaths_are_still_named(tmp_path):
@@ -223,7 +223,8 @@ def test_without_the_fork_server_kernels_launch_plainly_and_deaths_are_still_nam
             cell.source += "\nimport ctypes\nctypes.string_at(0)"
     result = grade_file(_write(tmp_path, segv), _opts(fork_server=False))
     died = "not graded: the kernel died (segmentation fault, SIGSEGV) in the t5 cell"
-    assert [(t.id, t.score, t.reason) for t in result.tasks][3:] == [("t4", 3, "all 2 checks pass"), ("t5", 0, died)]
+    assert [(t.id, t.score, t.reason) for t in result.tasks][3:] == [
+        ("t4", 3, f"all {len(result.tasks[3].checks)} checks pass"), ("t5", 0, died)]
     assert result.score == 10 and result.problems == [died]
 
 

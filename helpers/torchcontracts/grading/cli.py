@@ -207,6 +207,9 @@ def cli_main(argv: list[str] | Sequence[str]) -> int:
                 print("grade: --gradescope writes one submission's results; for a folder use --out gradebook.csv")
                 return 2
             return _folder(args, opts, root)
+        if not args.path.exists() and not args.gradescope:
+            print(f"grade: {args.path} does not exist")
+            return 2
         result = _worker(args.path, opts) if args.path.exists() else _refused(
             args.path, opts, f"the file {args.path.name} does not exist: check the submission's path")
     except GradeSetupError as err:

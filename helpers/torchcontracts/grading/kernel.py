@@ -80,6 +80,10 @@ class _PlainKernel:
     def poll(self) -> int | None:
         return self.proc.poll()
 
+    @property
+    def returncode(self) -> int | None:
+        return self.proc.returncode
+
     def send_signal(self, sig: int) -> None:
         try:
             os.kill(self.pid, sig)

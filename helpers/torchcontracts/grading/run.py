@@ -117,6 +117,8 @@ def _describe_tamper(names: list[str]) -> str:
         if key in names:
             said.append(text)
     names = [n for n in names if n not in special]
+    swapped = [n[len("sys.modules["):-1] for n in names if n.startswith("sys.modules[")]
+    names = [n for n in names if not any(n.startswith(m + ".") for m in swapped)]  # said once, as the module
     words = [f"{n[len('sys.modules['):-1]} module" if n.startswith("sys.modules[") else n for n in names]
     more = f" and {len(words) - 3} more" if len(words) > 3 else ""
     if words:
@@ -293,6 +295,14 @@ def _score(spec: LabSpec, plan: Plan, outcomes: dict[int, CheckOutcome], logs: d
                               or check.hidden and task.id in log.hidden_fail)
         passed = sum(r.ok for r in rows)
         score = round(task.points * passed / len(rows), 4) if rows else 0.0
+        if rows:  # per-check points that add up exactly to the task's (Gradescope sums them)
+            shares = [round(each, 4)] * (len(rows) - 1)
+            shares.append(round(task.points - sum(shares), 4))
+            earned = [i for i, r in enumerate(rows) if r.ok]
+            got = [shares[i] if r.ok else 0.0 for i, r in enumerate(rows)]
+            if earned:
+                got[earned[-1]] = round(score - sum(got[i] for i in earned[:-1]), 4)
+            rows = [dataclasses.replace(r, score=g, max_score=m) for r, g, m in zip(rows, got, shares)]
         bad = [r for r in rows if not r.ok]
         reason = f"all {len(rows)} checks pass" if not bad else first
         note = next((lg.notes[task.id] for lg in logs.values() if task.id in lg.notes), "")

@@ -1,0 +1,199 @@
+"""The grader's sandbox and its edges: what a kernel can see, what outlives it, signals, caps and exit codes."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+
+import nbformat
+import pytest
+import torch
+
+from submissions.adversarial import LAB, OUTLIVE, WRONG_T1, notebook
+from torchcontracts.grading import protocol
+from torchcontracts.grading.judge import _zip_ok, scrub
+from torchcontracts.grading.sandbox import bwrap_path
+
+ROOT = Path(__file__).resolve().parents[1]
+MODES = [pytest.param("bwrap", marks=pytest.mark.skipif(bwrap_path() is None, reason="bubblewrap is not installed")),
+         "none"]
+
+
+def _grade(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "torchcontracts", "grade", *args, "--course", str(ROOT)],
+                          capture_output=True, text=True, cwd=cwd, timeout=timeout)
+
+
+def _procs(needle: str) -> list[int]:
+    """Pids whose command line contains ``needle`` (this test's own process excluded)."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if needle in cmd:
+            found.append(int(pid))
+    return found
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_process_that_outlives_its_kernel_cannot_rewrite_the_gradescope_file(tmp_path, mode):
+    sub = tmp_path / "sub.ipynb"
+    sub.write_text(nbformat.writes(notebook({"t1": WRONG_T1 + "\n" + OUTLIVE})))
+    results = tmp_path / "results" / "results.json"
+    proc = _grade(str(sub), "--lab", LAB, "--sandbox", mode, "--gradescope", str(results), "--json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    score = json.loads(proc.stdout)["score"]
+    assert score == 10  # t1 wrong, the rest right
+    written = results.read_text()
+    time.sleep(4.0)  # the escaped process tries for ~7 s after a 1 s sleep, if it is still alive
+    assert results.read_text() == written and json.loads(written)["score"] == score
+    assert not _procs('"score": 12'), "a process of the submission outlived the grader"
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_stopping_the_grader_stops_every_kernel_and_removes_its_scratch_folder(tmp_path, signum):
+    loop = "def contiguous_strides(shape):\n    while True:\n        pass\n\ncontiguous_strides((2, 3))"
+    sub = tmp_path / "loop.ipynb"
+    sub.write_text(nbformat.writes(notebook({"t1": loop})))
+    grader = subprocess.Popen([sys.executable, "-m", "torchcontracts", "grade", str(sub), "--course", str(ROOT),
+                               "--cell-timeout", "60"], cwd=tmp_path, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    scratch = Path(tempfile.gettempdir())
+    deadline = time.monotonic() + 60
+    while not list(scratch.glob(f"tc-grade-{grader.pid}-*/sub-*/k-main")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(1.0)  # the kernel is now in the looping cell
+    assert _procs("torchcontracts.grading.boot"), "no kernel started"
+    grader.send_signal(signum)
+    out, _ = grader.communicate(timeout=60)
+    assert grader.returncode == 130 and "interrupted" in out
+    time.sleep(1.0)
+    assert not list(scratch.glob(f"tc-grade-{grader.pid}-*"))
+    mine = [p for p in _procs("torchcontracts.grading.boot") if _descends_from(p, grader.pid)]
+    assert not mine
+
+
+def _descends_from(pid: int, ancestor: int) -> bool:
+    while pid > 1:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return False
+        pid = int(stat[1])
+        if pid == ancestor:
+            return True
+    return False
+
+
+@pytest.mark.skipif(bwrap_path() is None, reason="bubblewrap is not installed")
+def test_a_sandboxed_kernel_sees_no_solutions_no_git_no_network_and_runs_as_its_own_user(tmp_path):
+    from torchcontracts.grading.forkserver import scratch_root
+    from torchcontracts.grading.kernel import GradingKernel
+    from torchcontracts.grading.sandbox import kernel_uid
+
+    sub = scratch_root() / "sandbox-test"
+    sub.mkdir(mode=0o711, exist_ok=True)
+    probe = (
+        "import os, socket, json\n"
+        f"course = {str(ROOT)!r}\n"
+        "try:\n    socket.create_connection(('1.1.1.1', 80), timeout=2); net = True\nexcept OSError:\n    net = False\n"
+        "print(json.dumps({'solutions': os.path.exists(course + '/solutions'), 'git': os.path.exists(course + '/.git'),"
+        " 'net': net, 'uid': os.getuid(), 'pids': len([p for p in os.listdir('/proc') if p.isdigit()]),"
+        " 'env': sorted(os.environ)}))"
+    )
+    uid = kernel_uid(999)
+    with GradingKernel(sub / "k", course=ROOT, sandbox="bwrap", uid=uid) as kernel:
+        run = kernel.run(probe, 30)
+    facts = json.loads(run.output)
+    assert not facts["solutions"] and not facts["git"] and not facts["net"]
+    assert facts["pids"] < 10  # its own pid namespace: the fork server, the kernel, maybe another kernel
+    if os.geteuid() == 0:
+        assert facts["uid"] == uid
+    assert not [k for k in facts["env"] if "TOKEN" in k or "SECRET" in k or k.startswith(("JPY_SESSION", "PYTEST"))]
+
+
+def _lab03_reference(patch: str = "") -> nbformat.NotebookNode:
+    lab = "lab03_memory"
+    sol = nbformat.read(ROOT / "solutions" / f"{lab}.ipynb", as_version=4)
+    answers = {c.metadata["torchcontracts"]["id"]: c.source for c in sol.cells
+               if c.metadata.get("torchcontracts", {}).get("role") == "solution"}
+    nb = nbformat.read(ROOT / "labs" / f"{lab}.ipynb", as_version=4)
+    for cell in nb.cells:
+        cid = cell.metadata.get("torchcontracts", {}).get("id")
+        if cid in answers:
+            cell.source = answers[cid] + (("\n" + patch) if cid.endswith("/t1") else "")
+    return nb
+
+
+def test_replacing_a_course_helper_that_a_check_uses_is_tampering(tmp_path):
+    """lab03's checks use torchcontracts.memory: it is watched because the lab loads it, not by a hand-made list."""
+    sub = tmp_path / "lab03.ipynb"
+    sub.write_text(nbformat.writes(_lab03_reference("import torchcontracts.memory as m\nm.tensor_bytes = lambda t: 0")))
+    proc = _grade(str(sub), "--json", cwd=tmp_path)
+    got = json.loads(proc.stdout)
+    assert got["score"] == 0
+    assert {t["reason"] for t in got["tasks"]} == {"tampering detected: torchcontracts.memory.tensor_bytes replaced"}
+
+
+def test_a_refused_file_still_writes_a_gradescope_result_and_exits_1(tmp_path):
+    bad = tmp_path / "bad.ipynb"
+    bad.write_text('{"cells": [')
+    results = tmp_path / "results.json"
+    proc = _grade(str(bad), "--lab", LAB, "--gradescope", str(results), cwd=tmp_path)
+    assert proc.returncode == 1
+    gs = json.loads(results.read_text())
+    assert gs["score"] == 0 and gs["output"].startswith("not a notebook: the file is not valid JSON")
+    missing = _grade(str(tmp_path / "gone.ipynb"), "--gradescope", str(results), cwd=tmp_path)
+    assert missing.returncode == 1 and "does not exist" in json.loads(results.read_text())["output"]
+
+
+def test_when_no_kernel_can_start_grade_exits_1_and_no_reason_reads_ok(tmp_path):
+    sub = tmp_path / "sub.ipynb"
+    sub.write_text(nbformat.writes(notebook()))
+    proc = _grade(str(sub), "--mem-mb", "40", "--json", "--no-fork-server", "--sandbox", "none", cwd=tmp_path)
+    assert proc.returncode == 1, proc.stdout[-1000:]
+    got = json.loads(proc.stdout)
+    assert got["graded"] is False and got["score"] == 0
+    reasons = {t["reason"] for t in got["tasks"]}
+    assert all(r.startswith("not graded: the grading kernel could not start") for r in reasons), reasons
+    assert not any("(ok)" in r for r in reasons)
+
+
+def test_sealed_steps_are_capped_and_must_be_in_format():
+    blob = protocol.pack_sealed({"notes": []}, [("0-0.pt", b"x" * 10)])
+    header, blobs = protocol.unpack_sealed(blob)
+    assert blobs == {"0-0.pt": b"x" * 10}
+    with pytest.raises(ValueError):
+        protocol.unpack_sealed(b"garbage")
+    with pytest.raises(ValueError):
+        protocol.unpack_sealed(protocol.pack_sealed({}, [(f"{n}.pt", b"") for n in range(protocol.MAX_SEALED_FILES + 1)]))
+    with pytest.raises(ValueError):
+        protocol.unpack_sealed(blob + b"trailing")
+
+
+def test_a_saved_answer_that_declares_too_many_bytes_or_compression_is_refused():
+    buf = io.BytesIO()
+    torch.save({"args": (), "out": torch.zeros(4)}, buf)
+    assert _zip_ok(buf.getvalue())
+    bomb = io.BytesIO()
+    with zipfile.ZipFile(bomb, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("archive/data.pkl", b"\0" * (2 * 2**20))  # 2 MB that deflates to ~2 KB
+    assert not _zip_ok(bomb.getvalue())
+
+
+def test_public_error_text_is_scrubbed_of_paths_and_the_graders_environment(monkeypatch):
+    monkeypatch.setenv("SOME_INNOCENT_NAME", "s3cr3t-value-123")
+    text = scrub("cannot open /tmp/tc-grade-1-x/sub-2/k-main/cases.pt with s3cr3t-value-123\nsecond line")
+    assert text == "cannot open <path> with <hidden>"
