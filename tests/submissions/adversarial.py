@@ -377,15 +377,9 @@ def _all_zero(answers: dict[str, str], reason: str) -> tuple[nbformat.NotebookNo
 
 def _solved(lab: str) -> nbformat.NotebookNode:
     """Another lab's notebook with its reference answers: a learner hands in the wrong (solved) lab."""
-    sol = nbformat.read(ROOT / "solutions" / f"{lab}.ipynb", as_version=4)
-    answers = {c.metadata["torchcontracts"]["id"]: c.source for c in sol.cells
-               if c.metadata.get("torchcontracts", {}).get("role") == "solution"}
-    nb = nbformat.read(ROOT / "labs" / f"{lab}.ipynb", as_version=4)
-    for cell in nb.cells:
-        cid = cell.metadata.get("torchcontracts", {}).get("id")
-        if cid in answers:
-            cell.source = answers[cid]
-    return nb
+    from torchcontracts.labbuild import reference_submission
+
+    return reference_submission(ROOT, lab)
 
 
 def matches(want: tuple[float, str], got: tuple[float, str]) -> bool:
