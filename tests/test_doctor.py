@@ -54,3 +54,35 @@ def test_diagnose_flags_a_kernel_that_returns_wrong_values(monkeypatch):
     monkeypatch.setattr(device, "_smoke", wrong_smoke)
     report = diagnose()
     assert not report.ok and "CPU matmul failed" in report.problems[0]
+
+
+def test_a_cuda_build_without_a_gpu_or_driver_gets_a_one_line_warning_and_the_cpu_wheel_command():
+    from torchcontracts.device import CPU_WHEEL, wheel_warnings
+
+    (line,) = wheel_warnings(cuda_build=True, gpu_works=False, driver=False)
+    assert "CUDA build" in line and line.endswith(CPU_WHEEL) and "\n" not in line
+    assert "--index-url https://download.pytorch.org/whl/cpu" in CPU_WHEEL
+
+
+def test_a_cpu_build_on_a_machine_with_an_nvidia_driver_is_told_to_install_a_cuda_build():
+    from torchcontracts.device import CUDA_WHEEL, wheel_warnings
+
+    (line,) = wheel_warnings(cuda_build=False, gpu_works=False, driver=True)
+    assert "CPU build" in line and line.endswith(CUDA_WHEEL)
+
+
+def test_a_build_that_fits_gets_no_warning():
+    from torchcontracts.device import wheel_warnings
+
+    assert wheel_warnings(cuda_build=True, gpu_works=True, driver=True) == []
+    assert wheel_warnings(cuda_build=False, gpu_works=False, driver=False) == []
+
+
+def test_the_doctor_warns_but_still_exits_0(monkeypatch, capsys):
+    import torchcontracts.device as device
+    from torchcontracts.cli import main
+
+    monkeypatch.setattr(device, "wheel_warnings", lambda *a: ["the build does not fit: do this"])
+    assert main(["doctor"]) == 0
+    out = capsys.readouterr().out
+    assert "WARNING: the build does not fit: do this" in out and "RESULT: ready for the course." in out

@@ -43,6 +43,7 @@ class Report:
     threads: int
     devices: list[DeviceReport]
     problems: list[str]
+    warnings: list[str] = dataclasses.field(default_factory=list)  # worth fixing, but the course still runs
 
     @property
     def ok(self) -> bool:
@@ -110,6 +111,26 @@ def _cuda_devices(problems: list[str]) -> list[DeviceReport]:
     return out
 
 
+CPU_WHEEL = "pip install --force-reinstall torch --index-url https://download.pytorch.org/whl/cpu"
+CUDA_WHEEL = "pip install --force-reinstall torch --index-url https://download.pytorch.org/whl/cu128"
+
+
+def nvidia_driver_present() -> bool:
+    """True when an NVIDIA driver is loaded here (its device files or its version file exist)."""
+    return os.path.exists("/proc/driver/nvidia/version") or os.path.exists("/dev/nvidiactl")
+
+
+def wheel_warnings(cuda_build: bool, gpu_works: bool, driver: bool) -> list[str]:
+    """A one-line warning when the torch build does not fit the machine, with the command that fixes it."""
+    if cuda_build and not gpu_works and not driver:
+        return [f"this torch ({torch.__version__}) is a CUDA build, which brings gigabytes of CUDA libraries, but this "
+                f"machine has no NVIDIA GPU or driver: the CPU build is enough, in a fraction of the space: {CPU_WHEEL}"]
+    if not cuda_build and driver and not getattr(torch.version, "hip", None):
+        return [f"this torch ({torch.__version__}) is a CPU build, but this machine has an NVIDIA driver: install a "
+                f"CUDA build to run the GPU cells (pick the CUDA version your driver supports): {CUDA_WHEEL}"]
+    return []
+
+
 def diagnose() -> Report:
     """Check this machine the way a lesson will use it, and collect one-line problems."""
     problems: list[str] = []
@@ -129,6 +150,7 @@ def diagnose() -> Report:
         except Exception as err:
             devices.append(DeviceReport("Apple GPU", "mps", False, _first_line(err)))
             problems.append(f"MPS is reported available but a kernel failed: {_first_line(err)}")
+    gpu_works = any(d.kind == "cuda" and d.works for d in devices)
     return Report(
         python=sys.version.split()[0],
         torch=torch.__version__,
@@ -137,6 +159,7 @@ def diagnose() -> Report:
         threads=torch.get_num_threads(),
         devices=devices,
         problems=problems,
+        warnings=wheel_warnings(bool(torch.version.cuda), gpu_works, nvidia_driver_present()),
     )
 
 
@@ -160,6 +183,7 @@ def render(report: Report) -> str:
         lines.append(f"  [{mark}] {d.kind}: {d.name}{extra} | {d.detail}")
     if not any(d.kind != "cpu" for d in report.devices):
         lines.append("  No GPU here: every lesson runs on the CPU; CUDA-only cells print why they skip.")
+    lines += [f"WARNING: {w}" for w in report.warnings]
     if report.ok:
         lines.append("RESULT: ready for the course.")
     else:

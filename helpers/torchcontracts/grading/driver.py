@@ -23,6 +23,7 @@ import json
 import os
 import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,7 @@ _gettrace, _getprofile, _settrace, _setprofile, _frames = sys.gettrace, sys.getp
 _gc_disable, _gc_callbacks = gc.disable, gc.callbacks
 _isinstance, _type, _str, _len, _BytesIO, _b64decode = isinstance, type, str, len, io.BytesIO, base64.b64decode
 _SIGSTOP = signal.SIGSTOP
+_get_ident = threading.get_ident
 
 
 def start(io_dir: str, labchecks: str, threads: int, forbidden: str, uid_isolated: bool) -> None:
@@ -88,12 +90,14 @@ def _guard(forbidden: str, report: int) -> Any:
     root = realpath(forbidden)
     events = frozenset({"open", "os.listdir", "os.scandir", "os.symlink", "os.link", "os.rename", "shutil.copyfile",
               "shutil.copytree", "os.chdir", "glob.glob", "subprocess.Popen", "os.exec", "os.posix_spawn"})
-    busy: list[bool] = []
+    busy: set[int] = set()  # threads inside a hook call right now (an open() inside the hook must not recurse)
+    ident = threading.get_ident
 
     def hook(event: str, args: tuple[Any, ...]) -> None:
-        if event not in events or busy or not args:
+        me = ident()
+        if event not in events or me in busy or not args:
             return
-        busy.append(True)
+        busy.add(me)
         try:
             for arg in (args[:2] if event not in ("subprocess.Popen", "os.exec", "os.posix_spawn") else args[1:2]):
                 texts = arg if _isinstance(arg, (list, tuple)) else [arg]
@@ -111,10 +115,10 @@ def _guard(forbidden: str, report: int) -> Any:
                             pass
                         raise PermissionError("grading: the course's solutions/ is not readable from a submission")
         finally:
-            busy.clear()
+            busy.discard(me)
 
     sys.addaudithook(hook)
-    _STATE["busy"] = busy  # empty whenever no hook call is running: the sealer checks it
+    _STATE["busy"] = busy  # the sealer checks it holds no thread that is not inside a hook call
     return hook
 
 
@@ -253,6 +257,7 @@ def seal(token: str, blobs: list[tuple[str, bytes]], notes: list[str]) -> None:
     extra = _learner_threads()
     if extra:
         notes.append(f"threads:{extra}")
+    live, sealing = set(_frames()), _get_ident()
     pid = _fork()
     if pid == 0:
         code = 1
@@ -263,8 +268,8 @@ def seal(token: str, blobs: list[tuple[str, bytes]], notes: list[str]) -> None:
             del _gc_callbacks[:]
             _freeze()
             snap = watch.fingerprints(_watched())
-            if _STATE.get("busy"):
-                snap["the solutions/ tripwire"] = "disabled"
+            if _STATE.get("busy") and (_STATE["busy"] - live or sealing in _STATE["busy"]):
+                snap["the solutions/ tripwire"] = "disabled"  # a thread marked as inside a hook that is not
             data = pack_sealed({"notes": notes, "snapshot": snap}, blobs)
             final = os.path.join(_STATE["io"], sealed_name(token))
             part = final + ".part"

@@ -26,6 +26,9 @@ def render(result: GradeResult) -> str:
             lines.append(f"      {'PASS' if check.ok else 'FAIL'} {check.name}: {check.reason}")
     for problem in result.problems:
         lines.append(f"  problem: {problem}")
+    if result.sandbox == "none":
+        lines.append("  note: graded without an OS sandbox (--sandbox none): learner code could read what this user "
+                     "can read and reach the network; README, 'The sandbox', lists what that leaves open")
     return "\n".join(lines)
 
 
