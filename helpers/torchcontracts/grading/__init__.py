@@ -12,6 +12,7 @@ Modules, one job each:
   watch      - runs in the kernel: fingerprints of the code the checks rely on
   judge      - judges sealed answers in the grader's own process
   run        - grade one submission: the order of steps, the scores
+  results    - the options of a run and what it produces (results of submissions, tasks, checks)
   report     - terminal, JSON, Gradescope and gradebook output
   cli        - the command line
 

@@ -24,7 +24,7 @@ from .sandbox import MODES, choose_mode
 from .submission import GradeSetupError, SubmissionError, course_labs, identify_lab, read_submission
 
 if TYPE_CHECKING:
-    from .run import GradeOptions, GradeResult
+    from .results import GradeOptions, GradeResult
 
 __all__ = ["cli_main", "grade_many"]
 
@@ -54,7 +54,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _refused(path: Path, opts: "GradeOptions", reason: str) -> "GradeResult":
-    from .run import GradeResult
+    from .results import GradeResult
 
     return GradeResult(str(path), opts.lab, 0.0, 0.0, [], [reason], opts.seed or 0, 0.0, opts.sandbox, graded=False)
 

@@ -1,7 +1,7 @@
-"""Grade one submission: rebuild it, run it in a limited kernel, judge the saved outputs here, score it.
+"""Grade one submission: rebuild it, run it in limited kernels step by step, judge the sealed answers here, score it.
 
-Scores come only from outputs judged in this process. What the learner's kernel reports about
-itself (identity snapshots) can only lower a score: replaced torch or course code => 0 for all tasks.
+Scores come only from sealed answers judged in this process. What the learner's kernel reports about
+itself (fingerprints, notes) can only lower a score: replaced torch or course code => 0 for all tasks.
 """
 
 from __future__ import annotations
@@ -27,72 +27,13 @@ from .judge import judge_check
 from .kernel import CellRun, GradingKernel
 from .plan import Plan, Step, lab_spec, plan_run
 from .protocol import BASELINE, driver_call, unpack_sealed
+from .results import CheckResult, GradeOptions, GradeResult, TaskResult
 from .sandbox import kernel_uid
 from .submission import GradeSetupError, SubmissionError, identify_lab, read_submission
 
 _KERNELS = itertools.count()  # numbers the kernels of this process (each gets its own uid in bwrap mode)
 
-__all__ = ["CheckResult", "GradeOptions", "GradeResult", "TaskResult", "grade_file"]
-
-
-@dataclasses.dataclass(frozen=True)
-class GradeOptions:
-    """Limits and choices for one grading run."""
-
-    course: Path
-    lab: str | None = None  # expected lab (batch mode); None = whatever the notebook says
-    cell_timeout: float = 30.0
-    total_timeout: float = 300.0
-    mem_mb: int = 4096
-    threads: int = 1
-    seed: int | None = None
-    public_only: bool = False
-    fork_server: bool = True  # fork kernels from one process that imported torch (Linux); False: launch each
-    sandbox: str = "none"  # "bwrap" or "none", resolved from --sandbox by the command line
-
-
-@dataclasses.dataclass
-class CheckResult:
-    """One check's verdict as shown to the learner (hidden checks carry generic names)."""
-
-    task: str
-    name: str
-    hidden: bool
-    ok: bool
-    reason: str
-    score: float
-    max_score: float
-
-
-@dataclasses.dataclass
-class TaskResult:
-    """One task: points earned, the one-line reason, and its checks."""
-
-    id: str
-    title: str
-    score: float
-    max_score: float
-    reason: str
-    checks: list[CheckResult]
-
-
-@dataclasses.dataclass
-class GradeResult:
-    """Everything the reports need about one graded submission."""
-
-    submission: str
-    lab: str | None
-    score: float
-    max_score: float
-    tasks: list[TaskResult]
-    problems: list[str]
-    seed: int
-    seconds: float
-    sandbox: str = "none"
-    graded: bool = True  # False: refused (not a notebook, another lab) or no kernel could start
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+__all__ = ["CheckResult", "GradeOptions", "GradeResult", "TaskResult", "grade_file"]  # results re-exported
 
 
 @dataclasses.dataclass
