@@ -85,6 +85,31 @@ def test_stopping_the_grader_stops_every_kernel_and_removes_its_scratch_folder(t
     assert not mine
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_a_grader_killed_outright_takes_its_kernels_with_it_and_the_next_run_removes_its_scratch(tmp_path, mode):
+    loop = "def contiguous_strides(shape):\n    while True:\n        pass\n\ncontiguous_strides((2, 3))"
+    sub = tmp_path / "loop.ipynb"
+    sub.write_text(nbformat.writes(notebook({"t1": loop})))
+    grader = subprocess.Popen([sys.executable, "-m", "torchcontracts", "grade", str(sub), "--course", str(ROOT),
+                               "--cell-timeout", "60", "--sandbox", mode], cwd=tmp_path,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    scratch = Path(tempfile.gettempdir())
+    deadline = time.monotonic() + 60
+    while not list(scratch.glob(f"tc-grade-{grader.pid}-*/sub-*/k-main")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(1.0)
+    ours = [p for p in _procs("torchcontracts.grading.boot") if _descends_from(p, grader.pid)]
+    assert ours, "no kernel started"
+    grader.kill()  # SIGKILL: no handler runs
+    grader.wait(timeout=30)
+    time.sleep(2.0)
+    alive = [p for p in ours if Path(f"/proc/{p}").exists() and "Z" not in Path(f"/proc/{p}/stat").read_text().split()[2]]
+    assert not alive, "a kernel or the fork server outlived the grader"
+    assert list(scratch.glob(f"tc-grade-{grader.pid}-*")), "the scratch folder should still be there"
+    _grade(str(tmp_path / "gone.ipynb"), cwd=tmp_path)  # any next run of the grader cleans up after it
+    assert not list(scratch.glob(f"tc-grade-{grader.pid}-*"))
+
+
 def _descends_from(pid: int, ancestor: int) -> bool:
     while pid > 1:
         try:
