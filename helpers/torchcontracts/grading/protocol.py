@@ -16,6 +16,9 @@ __all__ = ["BASELINE", "DRIVER_MODULE", "MAX_RECORD_BYTES", "MAX_SEALED_BYTES", 
 DRIVER_MODULE = "torchcontracts.grading.driver"  # imported by the fork server before any learner code
 BASELINE = "baseline.json"  # the identity snapshot taken before any learner code; read before the first learner cell
 SEAL_MAGIC = b"TCSEAL1\n"
+# bound at import (the fork server imports this module before any learner code): the sealer packs with these,
+# so a learner who replaces json.dumps or struct.pack cannot rewrite what the sealer writes
+_dumps, _pack, _dict, _list, _len = json.dumps, struct.pack, dict, list, len
 MAX_SEALED_FILES = 4096  # records in one sealed step (one per case); more is "not in the grader's format"
 MAX_RECORD_BYTES = 64 * 2**20  # one case's saved answer
 MAX_SEALED_BYTES = 256 * 2**20  # one sealed step, all records together
@@ -37,9 +40,9 @@ def driver_call(function: str, *args: Any) -> str:
 
 def pack_sealed(header: dict[str, Any], blobs: list[tuple[str, bytes]]) -> bytes:
     """Magic, a JSON header (with each blob's name and size), then the blobs back to back."""
-    head = dict(header, files=[[name, len(blob)] for name, blob in blobs])
-    text = json.dumps(head).encode()
-    return SEAL_MAGIC + struct.pack("<Q", len(text)) + text + b"".join(blob for _, blob in blobs)
+    head = _dict(header, files=[[name, _len(blob)] for name, blob in blobs])
+    text = _dumps(head).encode()
+    return SEAL_MAGIC + _pack("<Q", _len(text)) + text + b"".join(_list(blob for _, blob in blobs))
 
 
 def unpack_sealed(data: bytes) -> tuple[dict[str, Any], dict[str, bytes]]:

@@ -21,6 +21,9 @@ __all__ = ["TORCH_MODULES", "fingerprints", "preload", "watched_objects"]
 
 TORCH_MODULES = ("torch", "torch.serialization", "torch.testing", "torch.nn", "torch.nn.functional",
                  "torch.autograd", "torch.autograd.graph", "torch.utils.checkpoint", "torch.utils._pytree")
+# what torch.save, the driver and the sealer run on: replacing any of these could forge a sealed step
+STDLIB_MODULES = ("pickle", "_pickle", "copyreg", "io", "_io", "zipfile", "json", "json.encoder", "struct", "base64",
+                  "os", "posix", "gc", "signal", "threading", "_thread", "inspect", "types")
 _IPYTHON_BUILTINS = {"_", "__", "___", "exit", "quit", "get_ipython", "display", "help", "copyright",
                      "credits", "license", "__IPYTHON__", "__builtins__", "input", "open"}
 _LAZY_REBINDS = {"torch.Storage"}  # torch.set_default_dtype rebinds it: not tampering
@@ -28,7 +31,7 @@ _SKIP_ATTRS = {"__dict__", "__weakref__", "__doc__", "__annotations__", "__abstr
 _KEEP: list[Any] = []  # objects seen at the baseline, kept alive so that their ids are never reused
 # bound at import (in the fork server, before any learner code): a replaced builtin cannot blind the watch
 _isinstance, _id, _vars, _dir, _getattr_static = isinstance, id, vars, dir, inspect.getattr_static
-_callable, _getattr, _len = callable, getattr, len
+_callable, _getattr, _len, _list, _str, _fromkeys = callable, getattr, len, list, str, dict.fromkeys
 _FunctionType, _ModuleType, _BuiltinType = types.FunctionType, types.ModuleType, types.BuiltinFunctionType
 _modules = sys.modules
 
@@ -50,9 +53,9 @@ def preload() -> None:
 
 
 def _watched_modules(labchecks: str) -> dict[str, types.ModuleType]:
-    names = [n for n in list(_modules) if n == "torchcontracts" or n.startswith("torchcontracts.")]
-    names += [*TORCH_MODULES, "builtins", "sys", labchecks]
-    return {n: _modules[n] for n in dict.fromkeys(names) if _isinstance(_modules.get(n), _ModuleType)}
+    names = [n for n in _list(_modules) if n == "torchcontracts" or n.startswith("torchcontracts.")]
+    names += [*TORCH_MODULES, *STDLIB_MODULES, "builtins", "sys", labchecks]
+    return {n: _modules[n] for n in _fromkeys(names) if _isinstance(_modules.get(n), _ModuleType)}
 
 
 def watched_objects(labchecks: str, module_names: list[str] | None = None) -> dict[str, Any]:
@@ -66,13 +69,15 @@ def watched_objects(labchecks: str, module_names: list[str] | None = None) -> di
     mods = _watched_modules(labchecks)
     if module_names is not None:
         mods = {n: _modules.get(n) for n in module_names}  # type: ignore[misc]
-    classes: dict[str, type] = {"torch.Tensor": torch.Tensor, "torch.nn.Module": torch.nn.Module}
+    classes: dict[str, type] = {"torch.Tensor": torch.Tensor, "torch.nn.Module": torch.nn.Module,
+                                "torch.UntypedStorage": torch.UntypedStorage, "pickle.Pickler": _modules["pickle"].Pickler,
+                                "io.BytesIO": _modules["io"].BytesIO}
     objs: dict[str, Any] = {}
     for mname, mod in mods.items():
         objs[f"sys.modules[{mname}]"] = mod
         if not _isinstance(mod, _ModuleType):
             continue
-        for key, val in list(_vars(mod).items()):
+        for key, val in _list(_vars(mod).items()):
             if mname == "builtins" and key in _IPYTHON_BUILTINS:
                 continue
             if mname == "sys" and not _isinstance(val, _BuiltinType):
@@ -104,7 +109,7 @@ def _fingerprint(obj: Any) -> str:
     elif _isinstance(inner, property):
         parts += [_id(f.__code__) if _isinstance(f, _FunctionType) else _id(f)
                   for f in (inner.fget, inner.fset, inner.fdel)]
-    return ".".join(str(p) for p in parts)
+    return ".".join(_list(_str(p) for p in parts))
 
 
 def fingerprints(objs: dict[str, Any], *, keep: bool = False) -> dict[str, str]:
