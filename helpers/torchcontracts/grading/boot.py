@@ -179,14 +179,20 @@ def serve() -> None:
                 kernels.add(pid)
                 print(json.dumps({"pid": pid, "id": req["id"]}), file=out)
                 continue
+            code = 0
             try:  # the child: become a fresh kernel
                 signal.set_wakeup_fd(-1)
                 signal.signal(signal.SIGCHLD, signal.SIG_DFL)
                 os.close(rd)
                 os.close(wr)
                 become_kernel(req)
+            except BaseException:  # noqa: BLE001 - say why in the kernel's log, and exit with a code that says so
+                import traceback
+
+                traceback.print_exc()
+                code = 70
             finally:
-                os._exit(0)
+                os._exit(code)
 
 
 if __name__ == "__main__":

@@ -17,13 +17,16 @@ submission is still stopped, checks that it is, and only then lets the kernel go
 from __future__ import annotations
 
 import base64
+import builtins
 import gc
 import io
 import json
 import os
+import pickle
 import signal
 import sys
 import threading
+import types
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +36,13 @@ from torchcontracts.check import Case as _Case
 
 from . import watch
 from .protocol import BASELINE, MAX_RECORD_BYTES, pack_sealed, sealed_name
+
+try:  # bound at import, in the fork server
+    import torch.serialization as _serialization
+
+    _REGISTRY_AT_IMPORT = list(_serialization._package_registry)
+except (ImportError, AttributeError):  # pragma: no cover - a torch without the registry
+    _REGISTRY_AT_IMPORT = []
 
 __all__ = ["drive", "seal", "start"]
 
@@ -45,6 +55,9 @@ _gettrace, _getprofile, _settrace, _setprofile, _frames = sys.gettrace, sys.getp
 _gc_disable, _gc_callbacks = gc.disable, gc.callbacks
 _isinstance, _type, _str, _len, _BytesIO, _b64decode = isinstance, type, str, len, io.BytesIO, base64.b64decode
 _SIGSTOP = signal.SIGSTOP
+_getsignal, _getitimer = signal.getsignal, signal.getitimer
+_SIGNALS = tuple(s for s in signal.valid_signals() if s not in (signal.SIGKILL, signal.SIGSTOP) and s < 65)
+_TIMERS = (signal.ITIMER_REAL, signal.ITIMER_VIRTUAL, signal.ITIMER_PROF)
 _get_ident = threading.get_ident
 
 
@@ -53,19 +66,25 @@ def start(io_dir: str, labchecks: str, threads: int, forbidden: str, uid_isolate
     import importlib
 
     import torch
+    import torch.serialization
 
     torch.set_num_threads(max(1, threads))
     watch.preload()
     importlib.import_module(labchecks)  # it binds its references before any learner code runs
     modules = [n for n in watch._watched_modules(labchecks)]
-    import site
     import threading
 
-    libs = {sys.prefix, sys.base_prefix, os.path.dirname(os.path.dirname(__file__)), os.path.dirname(threading.__file__),
-            *site.getsitepackages()}
+    known = {type(t) for t in threading.enumerate()}
+    # library threads that start lazily and only ever run their library's code: tqdm's monitor (first bar),
+    # pyzmq's garbage collector (first large output)
+    for module, name in (("tqdm._monitor", "TMonitor"), ("zmq.utils.garbage", "GarbageCollectorThread")):
+        try:
+            known.add(getattr(importlib.import_module(module), name))
+        except (ImportError, AttributeError):
+            pass
     _STATE.update(io=io_dir, labchecks=labchecks, modules=modules, uid_isolated=uid_isolated,
-                  threads=set(_frames()), torch=torch, lc=sys.modules[labchecks],
-                  libs=tuple(os.path.realpath(p) + os.sep for p in libs) + tuple(p + os.sep for p in libs))
+                  thread_classes=known - {threading.Thread}, signals=_signal_state(),
+                  threads=set(_frames()), torch=torch, lc=sys.modules[labchecks])
     if forbidden:
         _STATE["tripwire"] = _guard(forbidden, os.open(str(Path(io_dir) / "guard.log"),
                                                        os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
@@ -138,9 +157,45 @@ def _unsupported(value: Any, depth: int = 0) -> str:
     return f"a {_type(value).__module__}.{_type(value).__qualname__}"
 
 
+_BUILTIN_ERRORS = frozenset(n for n, v in vars(builtins).items() if isinstance(v, type) and issubclass(v, BaseException))
+
+
 def _error(err: BaseException) -> dict[str, str]:
     text = _str(err).strip().splitlines()[0] if _str(err).strip() else ""
-    return {"error": _type(err).__name__, "msg": text[:200]}
+    name = _type(err).__name__
+    known = name in _BUILTIN_ERRORS and _type(err).__module__ == "builtins"
+    return {"error": name[:80] if name.isidentifier() else "an exception", "msg": text[:200],
+            "builtin": "1" if known else ""}
+
+
+class _Pickler(pickle.Pickler):
+    """torch.save's pickler, without ``copyreg.dispatch_table`` (a learner could register a reducer there)."""
+
+    dispatch_table: dict[Any, Any] = {}
+
+
+_PICKLE = types.SimpleNamespace(Pickler=_Pickler, Unpickler=pickle.Unpickler, HIGHEST_PROTOCOL=pickle.HIGHEST_PROTOCOL,
+                                load=pickle.load, dump=pickle.dump, loads=pickle.loads, dumps=pickle.dumps,
+                                __name__="pickle")
+_REGISTRY: list[Any] = list(_REGISTRY_AT_IMPORT)  # torch's storage taggers as the fork server found them
+_gc_enable, _gc_isenabled = gc.enable, gc.isenabled
+
+
+def _save(record: dict[str, Any]) -> bytes:
+    """``torch.save`` to bytes with the private pickler, torch's own taggers, and no garbage collection
+    (so no gc callback of the learner's runs while the answer is being written)."""
+    import torch.serialization as serialization
+
+    buf, was, registry = _BytesIO(), _gc_isenabled(), serialization._package_registry
+    _gc_disable()
+    serialization._package_registry = _REGISTRY
+    try:
+        _STATE["torch"].save(record, buf, pickle_module=_PICKLE)
+    finally:
+        serialization._package_registry = registry
+        if was:
+            _gc_enable()
+    return buf.getvalue()
 
 
 def _hooked() -> bool:
@@ -172,14 +227,11 @@ def drive(spec: dict[str, Any]) -> None:
                 record, stop = _error(err), True
             except BaseException as err:  # noqa: BLE001 - the learner's error, one line per case
                 record = _error(err)
-            buf = _BytesIO()
             try:
-                torch.save(record, buf)
+                blob = _save(record)
             except Exception as err:  # noqa: BLE001 - e.g. an object that cannot be pickled
                 record = {"error": "unsaveable", "msg": f"{type(err).__name__}: {str(err)[:120]}"}
-                buf = _BytesIO()
-                torch.save(record, buf)
-            blob = buf.getvalue()
+                blob = _save(record)
             if _len(blob) > MAX_RECORD_BYTES:
                 blob = b"too large"
             blobs.append((f"{job['check']}-{n}.pt", blob))
@@ -228,26 +280,27 @@ def _freeze() -> None:
 
 
 def _learner_threads() -> int:
-    """Threads started since the baseline that run, or will run, code outside the installed libraries."""
+    """Python threads started since the baseline and still alive, except instances of library thread classes
+    (by class identity, so a subclass or a thread under a library's file name still counts)."""
     import threading
 
-    libs = _STATE["libs"]
-    frames = _frames()
-    targets = {t.ident: getattr(t, "_target", None) for t in threading.enumerate()}
-    count = 0
-    for ident, frame in frames.items():
-        if ident in _STATE["threads"]:
-            continue
-        files = []
-        while frame is not None:
-            files.append(frame.f_code.co_filename)
-            frame = frame.f_back
-        target = getattr(targets.get(ident), "__code__", None)
-        if target is not None:
-            files.append(target.co_filename)
-        if any(not f.startswith(libs) for f in files):
-            count += 1
-    return count
+    exempt = _STATE["thread_classes"]
+    kinds = {t.ident: type(t) for t in threading.enumerate()}
+    return _len([i for i in _frames() if i not in _STATE["threads"] and kinds.get(i) not in exempt])
+
+
+def _signal_state() -> tuple[Any, ...]:
+    """Python-level signal handlers and interval timers: a handler can run between the driver's own bytecodes."""
+    handlers = []
+    for sig in _SIGNALS:
+        try:
+            handlers.append(_getsignal(sig))
+        except (ValueError, OSError):
+            handlers.append(None)
+    timers = []
+    for which in _TIMERS:
+        timers.append(_getitimer(which) != (0.0, 0.0))
+    return (*handlers, *timers)
 
 
 def seal(token: str, blobs: list[tuple[str, bytes]], notes: list[str]) -> None:
@@ -257,6 +310,8 @@ def seal(token: str, blobs: list[tuple[str, bytes]], notes: list[str]) -> None:
     extra = _learner_threads()
     if extra:
         notes.append(f"threads:{extra}")
+    if _signal_state() != _STATE["signals"]:
+        notes.append("signal")
     live, sealing = set(_frames()), _get_ident()
     pid = _fork()
     if pid == 0:

@@ -25,6 +25,7 @@ from .protocol import MAX_RECORD_BYTES
 MAX_CASE_BYTES = MAX_RECORD_BYTES
 MAX_UNPACKED_BYTES = 256 * 2**20  # what one saved answer may declare it unpacks to
 MAX_ZIP_ENTRIES = 10_000
+_LIBRARIES = frozenset({"numpy", "torch", "builtins", "collections", "decimal", "fractions", "array", "pandas"})
 _PATH = re.compile(r"(?:[A-Za-z]:)?(?:[/\\][\w.\-~+@]+){2,}[/\\]?")
 _GENERIC = ("values differ", "wrong shape", "wrong dtype", "wrong strides", "wrong length", "contains NaN",
             "values right, but it is a copy", "expected a bool", "expected a tuple", "expected a torch.Tensor",
@@ -67,8 +68,9 @@ def _error_status(check: Check, record: dict[str, Any], mem_mb: int) -> str:
         return f"returned {msg}: return tensors, numbers, tuples, lists, dicts or strings"
     if name == "unsaveable":
         return f"its answer could not be saved ({msg})"
-    if check.hidden:
-        return f"raised {name}"  # never the learner's text: it could carry hidden inputs
+    if check.hidden:  # never the learner's text, nor a name it chose: either could carry hidden inputs
+        return f"raised {name}" if record.get("builtin") else "raised an exception"
+    name = scrub(name)[:80]
     msg = scrub(msg)
     return f"`{check.target}` raised {name}: {msg}" if msg else f"`{check.target}` raised {name}"
 
@@ -77,8 +79,11 @@ def _generic(status: str) -> str:
     for known in _GENERIC:
         if status.startswith(known):
             return "wrong answer" if known == "answered" else known
-    if status.startswith(("not implemented", "ran out of memory", "raised ", "returned ")):
-        return status.split(":")[0].split(" (")[0]
+    if status.startswith("returned a "):  # a type the submission defined could be named after a hidden input
+        module = status[len("returned a "):].split(".")[0]
+        return status.split(":")[0] if module in _LIBRARIES else "returned an unsupported type"
+    if status.startswith(("not implemented", "ran out of memory", "raised ")):
+        return status.split(":")[0].split(" (")[0][:80]
     if status.startswith(("no output was saved", "the answer is too large", "the answer cannot be loaded")):
         return "no gradable output"
     return "wrong answer"
@@ -130,6 +135,8 @@ def judge_check(check: Check, idx: int, cases: list[Case], saved: Mapping[str, b
         record, problem = _load(saved.get(f"{idx}-{n}.pt"))
         if record is None:
             rows.append(_fail(case.label, problem))
+        elif "error" not in record and not isinstance(record.get("args"), (list, tuple)):
+            rows.append(_fail(case.label, "the saved answer is not in the grader's format (was the kernel disturbed?)"))
         elif "error" in record:
             rows.append(_fail(case.label, _error_status(check, record, mem_mb)))
             break  # the kernel stopped this check at its first error

@@ -53,7 +53,8 @@ def _describe_tamper(names: list[str]) -> str:
     said = []
     special = {"reading solutions/": "tried to read the course's solutions/ (blocked)",
                "hook": "a trace or profile function was set while the grader's checks ran",
-               "seal": "the grader's sealed answers were disturbed"}
+               "seal": "the grader's sealed answers were disturbed",
+               "signal": "a signal handler or timer was set while the grader's checks ran"}
     for key, text in special.items():
         if key in names:
             said.append(text)
@@ -96,8 +97,9 @@ def _take_step(run: CellRun, base: dict[str, str], collected: dict[str, bytes], 
         if snapshot.get(name) != ident and name not in log.tamper:
             log.tamper.append(name)
     notes = header.get("notes") if isinstance(header.get("notes"), list) else []
-    if "hook" in notes and "hook" not in log.tamper:
-        log.tamper.append("hook")
+    for note in ("hook", "signal"):
+        if note in notes and note not in log.tamper:
+            log.tamper.append(note)
     threads = [n for n in notes if isinstance(n, str) and n.startswith("threads:")]
     if threads:
         for task in tasks:
@@ -176,13 +178,15 @@ def _run_kernel(lab: str, steps: list[Step], tasks: list[str], missing: frozense
                         fails.setdefault(t, f"timed out after {limit:.3g} s")
                 elif run.status == "error":
                     for t in step_tasks:
-                        fails.setdefault(t, f"the grading driver failed ({run.ename}): was the kernel disturbed?")
+                        fails.setdefault(t, "the grading driver failed: was the kernel disturbed?")
                 (log.hidden_done if hidden_step else log.done).add(task)
             elif step.kind == "student" and run.status in ("error", "timeout") and step.task not in log.notes:
                 said = f"timed out after {run.seconds:.0f} s" if run.status == "timeout" else f"raised {run.ename}"
                 log.notes[step.task] = f"its cell {said}"
             if not kernel.alive:
                 why = f"not graded: {kernel.dead_reason or run.evalue} in {where}"
+                if hidden_step:  # an exit code is a channel the learner chooses: say only that it died
+                    why = f"not graded: the kernel died in {where}"
                 log.crashed_at = min(n, len(steps))  # a second kernel replays the cells before this step
                 for t in tasks_here:
                     if t in log.done and t not in log.hidden_done and not (step.kind == "driver" and t == task):
@@ -328,7 +332,11 @@ def grade_file(path: Path, opts: GradeOptions) -> GradeResult:
             log, collected = _grade_group(plan, spec, members, cases, opts, scratch, name, deadline)
             for idx, check in members:
                 logs[idx] = log
-                outcomes[idx] = judge_check(check, idx, cases[idx], collected, opts.mem_mb)
+                try:
+                    outcomes[idx] = judge_check(check, idx, cases[idx], collected, opts.mem_mb)
+                except Exception:  # noqa: BLE001 - a forged answer the judge did not foresee: one line, no credit
+                    outcomes[idx] = CheckOutcome(check.name, check.task, False,
+                                                 "the saved answer is not in the grader's format (was the kernel disturbed?)")
         tamper_names = [n for lg in {id(v): v for v in logs.values()}.values() for n in lg.tamper]
         tamper = _describe_tamper(list(dict.fromkeys(tamper_names))) if tamper_names else ""
         if tamper:
