@@ -352,6 +352,72 @@ def contiguous_strides(shape):
 '''
 
 
+WRONG_T3 = '''def sliding_windows(x, size, step):
+    n = (x.shape[0] - size) // step + 1
+    return x.as_strided((n, size), (1, 1), x.storage_offset())   # wrong strides
+'''
+
+_FIX_RECORD = '''
+    f = sys._getframe(1)
+    while f is not None and f.f_code.co_name != "drive":   # find the driver's record, after the call returned
+        f = f.f_back
+    rec = f.f_locals.get("record") if f is not None else None
+    if type(rec) is dict and "out" in rec and len(rec.get("args", ())) == 3:
+        x, size, step = rec["args"]
+        rec["out"] = x.unfold(0, size, step)                 # the right windows, from the learner's own code
+'''
+
+PACKAGE_TAGGER = WRONG_T3 + '''
+import sys, torch, torch.serialization
+
+def _tag(storage):   # torch.save calls every registered tagger while it writes the answer''' + _FIX_RECORD + '''
+    return None
+
+torch.serialization.register_package(-1000, _tag, lambda obj, location: None)
+'''
+
+COPYREG_REDUCER = WRONG_T3 + '''
+import copyreg, sys, torch
+
+def _reduce(t):   # the pickler asks copyreg.dispatch_table before Tensor.__reduce_ex__''' + _FIX_RECORD + '''
+    del copyreg.dispatch_table[torch.Tensor]
+    try:
+        return t.__reduce_ex__(2)
+    finally:
+        copyreg.dispatch_table[torch.Tensor] = _reduce
+
+copyreg.dispatch_table[torch.Tensor] = _reduce
+'''
+
+TIMER_HANDLER = '''
+import signal, sys, torch
+
+def _fix(signum, frame):   # runs between the driver's own bytecodes, after the call returned
+    f = frame
+    while f is not None and f.f_code.co_name != "drive":
+        f = f.f_back
+    rec = f.f_locals.get("record") if f is not None else None
+    if type(rec) is dict and "out" in rec and len(rec.get("args", ())) == 1 and type(rec["args"][0]) is tuple:
+        rec["out"] = tuple(torch.empty(rec["args"][0]).stride())
+
+signal.signal(signal.SIGALRM, _fix)
+signal.setitimer(signal.ITIMER_REAL, 0.00005, 0.00005)
+'''
+
+LEAK_BY_CLASS_NAME_WRAPPER = '''
+_reference_is_contiguous = is_contiguous
+
+def is_contiguous(shape, strides):
+    if len(SEEN) > 5:   # t1's hidden inputs have been seen: name an exception after them
+        raise type("SEEN_" + "_".join("x".join(map(str, s)) or "0dim" for s in SEEN[5:]), (Exception,), {})()
+    return _reference_is_contiguous(shape, strides)
+'''
+
+THREAD_UNDER_LIBRARY_NAME = f'''import sys
+exec(compile({THREAD_REWRITER!r}, sys.prefix + "/lib/python3/threading_helpers.py", "exec"), globals())
+'''
+
+
 def _malformed() -> str:
     data = json.loads(nbformat.writes(notebook()))
     data["cells"][1]["source"] = ["x = 1\n", 5]
@@ -363,6 +429,7 @@ TAMPER_HOOK = "tampering detected: a trace or profile function was set while the
 THREAD = ("a thread it started was still running when the answers were sealed: stop or join your threads before "
           "the function returns")
 T1_WRONG = "*t1 row-major strides: shape (2, 3, 4): strides: values differ"  # '*' = starts with
+T3_WRONG = "*t3 windows of a fresh 1-D tensor: arange(10), size 4, step 2: windows: values differ"
 RAISED_JSON = "*`contiguous_strides` raised JSONDecodeError"
 RAISED_MISSING = "*`contiguous_strides` raised FileNotFoundError"
 LEAKED = "*`is_contiguous` raised ValueError: seen so far:"
@@ -480,6 +547,14 @@ def cases() -> dict[str, tuple[nbformat.NotebookNode | str, Expect]]:
                                                           "file in Jupyter and save it again") for t in TASKS})),
         "solved_other_lab": (_solved("lab02_autograd"), Expect(
             {t: (0.0, f"wrong lab: this is the notebook of lab02_autograd, expected {LAB}") for t in TASKS})),
+        "package_tagger": (notebook({"t3": PACKAGE_TAGGER}), Expect(_full(t3=(0.0, T3_WRONG)))),
+        "copyreg_reducer": (notebook({"t3": COPYREG_REDUCER}), Expect(_full(t3=(0.0, T3_WRONG)))),
+        "timer_handler": _all_zero({"t1": WRONG_T1 + "\n" + TIMER_HANDLER},
+                                   "tampering detected: a signal handler or timer was set while the grader's checks ran"),
+        "leak_by_class_name": (notebook({"t1": LEAK_HIDDEN, **_with("t2", LEAK_BY_CLASS_NAME_WRAPPER)}), Expect(_full(
+            t2=(round(POINTS["t2"] * (CHECKS["t2"] - 1) / CHECKS["t2"], 4), "hidden check 1 of t2: failed (raised an exception)")))),
+        "thread_under_library_name": (notebook({"t1": WRONG_T1, **_with("t2", THREAD_UNDER_LIBRARY_NAME)}), Expect(
+            {"t1": (0.0, T1_WRONG), **{t: (0.0, THREAD) for t in TASKS[1:]}})),
         "symlink_to_reference": (SYMLINK, Expect({t: (0.0, "the submission is a symbolic link: submit the notebook "
                                                            "file itself") for t in TASKS})),
     }

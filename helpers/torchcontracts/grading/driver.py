@@ -59,6 +59,7 @@ _getsignal, _getitimer = signal.getsignal, signal.getitimer
 _SIGNALS = tuple(s for s in signal.valid_signals() if s not in (signal.SIGKILL, signal.SIGSTOP) and s < 65)
 _TIMERS = (signal.ITIMER_REAL, signal.ITIMER_VIRTUAL, signal.ITIMER_PROF)
 _get_ident = threading.get_ident
+_monotonic, _sleep = __import__("time").monotonic, __import__("time").sleep
 
 
 def start(io_dir: str, labchecks: str, threads: int, forbidden: str, uid_isolated: bool) -> None:
@@ -160,6 +161,18 @@ def _unsupported(value: Any, depth: int = 0) -> str:
 _BUILTIN_ERRORS = frozenset(n for n, v in vars(builtins).items() if isinstance(v, type) and issubclass(v, BaseException))
 
 
+def _storage_bytes(value: Any, depth: int = 0) -> int:
+    """Bytes of the storages an answer holds (plain data only: ``_unsupported`` ran first)."""
+    torch = _STATE["torch"]
+    if _type(value) in (torch.Tensor, torch.nn.Parameter):
+        return value.untyped_storage().nbytes()
+    if _type(value) in (tuple, list) and depth < 20:
+        return sum(_storage_bytes(v, depth + 1) for v in value)
+    if _type(value) is dict and depth < 20:
+        return sum(_storage_bytes(v, depth + 1) for v in value.values())
+    return 0
+
+
 def _error(err: BaseException) -> dict[str, str]:
     text = _str(err).strip().splitlines()[0] if _str(err).strip() else ""
     name = _type(err).__name__
@@ -223,6 +236,8 @@ def drive(spec: dict[str, Any]) -> None:
                     notes.append("hook")
                 bad = _unsupported(out)
                 record: dict[str, Any] = {"error": "unsupported", "msg": bad} if bad else {"args": args, "out": out}
+                if not bad and _storage_bytes(out) > MAX_RECORD_BYTES:
+                    record = {"error": "too large", "msg": ""}  # not even serialised: it could only be refused
             except KeyboardInterrupt as err:  # the grader's timeout (or the learner's raise): stop driving
                 record, stop = _error(err), True
             except BaseException as err:  # noqa: BLE001 - the learner's error, one line per case
@@ -266,17 +281,47 @@ def _tree(root: int) -> list[int]:
     return [p for p in found if p != _getpid()]
 
 
+def _stopped(pid: int) -> bool:
+    """True when every thread of ``pid`` is stopped (or the process is gone): SIGSTOP lands asynchronously."""
+    try:
+        tids = _listdir(f"/proc/{pid}/task")
+    except OSError:
+        return True
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat", "rb") as fh:
+                if fh.read().rsplit(b")", 1)[1].split()[0] not in (b"T", b"t", b"Z", b"X"):
+                    return False
+        except (OSError, IndexError):
+            continue
+    return True
+
+
 def _freeze() -> None:
-    """Stop every process of the submission except this sealer."""
+    """Stop every process of the submission except this sealer, and wait until all their threads have stopped."""
+    me = _getpid()
     if _STATE["uid_isolated"]:
         _kill(-1, _SIGSTOP)  # every process of this kernel's own uid in the sandbox
-        return
-    _setpgid(0, 0)  # leave the kernel's group, then stop it and every process it started
-    for pid in _tree(_getppid()):
-        try:
-            _kill(pid, _SIGSTOP)
-        except OSError:
-            pass
+        uid = os.getuid()
+        targets = [int(p) for p in _listdir("/proc") if p.isdigit() and int(p) != me and _owner(p) == uid]
+    else:
+        _setpgid(0, 0)  # leave the kernel's group, then stop it and every process it started
+        targets = _tree(_getppid())
+        for pid in targets:
+            try:
+                _kill(pid, _SIGSTOP)
+            except OSError:
+                pass
+    deadline = _monotonic() + 2.0
+    while _monotonic() < deadline and not all(_stopped(pid) for pid in targets):
+        _sleep(0.0005)
+
+
+def _owner(pid: str) -> int:
+    try:
+        return os.stat(f"/proc/{pid}").st_uid
+    except OSError:
+        return -1
 
 
 def _learner_threads() -> int:

@@ -64,6 +64,8 @@ def _error_status(check: Check, record: dict[str, Any], mem_mb: int) -> str:
         return "not implemented"
     if name == "MemoryError" or "can't allocate memory" in msg or "out of memory" in msg.lower():
         return f"ran out of memory (the kernel's limit is {mem_mb} MB)"
+    if name == "too large":
+        return f"the answer is too large to judge (over {MAX_CASE_BYTES // 2**20} MB)"
     if name == "unsupported":
         return f"returned {msg}: return tensors, numbers, tuples, lists, dicts or strings"
     if name == "unsaveable":
