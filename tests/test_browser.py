@@ -1,0 +1,95 @@
+"""Every notebook of the course, run in JupyterLab in a real browser (chromium, driven by Playwright).
+
+Lessons: Run All ends with no error output, every code cell ran, every widget renders, and each explorer
+(lesson 01's stride explorer, lesson 03's allocator explorer) redraws its picture when a dropdown changes.
+Labs: Run All raises nothing but NotImplementedError (the unsolved tasks).
+A deliberately broken copy of lesson 00 proves the checker reports errors.
+
+Needs /usr/bin/chromium (apt) and the playwright package (pip; never `playwright install`). Without them
+the tests skip, unless TC_REQUIRE_BROWSER=1 (as CI sets), when they fail. Screenshots and per-notebook
+times land in browser-artifacts/ at the repo root (gitignored).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from browser_support import REQUIRE_ENV, Browser, LabServer, broken_copy, check_notebook, copy_course, missing_browser
+from conftest import ROOT
+
+ARTIFACTS = ROOT / "browser-artifacts"
+LESSONS = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "notebooks").glob("*.ipynb"))
+LABS = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "labs").glob("*.ipynb"))
+CASES = [(p, "lesson") for p in LESSONS] + [(p, "lab") for p in LABS]
+
+
+def _require_browser() -> None:
+    why = missing_browser()
+    if why is None:
+        return
+    if os.environ.get(REQUIRE_ENV, "") not in ("", "0"):
+        pytest.fail(f"{REQUIRE_ENV} is set but the browser test cannot run: {why}", pytrace=False)
+    pytest.skip(f"browser test skipped: {why}")
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    """One JupyterLab server on a copy of the course, one chromium; both gone (checked) at the end.
+    None where the browser is missing: each test then skips, or fails under TC_REQUIRE_BROWSER
+    (in the test itself, so it reports as a failure rather than a fixture error)."""
+    if missing_browser() is not None:
+        yield None
+        return
+    ARTIFACTS.mkdir(exist_ok=True)
+    base = tmp_path_factory.mktemp("browser")
+    course = copy_course(ROOT, base / "course")
+    server = LabServer(root=course, state=base / "jupyter-state", log=ARTIFACTS / "jupyter-server.log")
+    server.log.write_text("")
+    server.start()
+    browser = None
+    timings: list[str] = []
+    try:
+        browser = Browser()
+        yield server, browser, timings
+    finally:
+        leaked = browser.close() if browser is not None else []
+        leaked += server.stop()
+        (ARTIFACTS / "timings.txt").write_text("\n".join(timings) + "\n")
+    assert not leaked, f"processes outlived the browser test: {leaked}"
+
+
+def _check(lab, relpath: str, kind: str, label: str | None = None):
+    server, browser, timings = lab
+    report = check_notebook(server, browser, relpath, kind, ARTIFACTS)
+    line = (f"{label or relpath}: run all -> idle {report.seconds:.1f} s, whole check {report.total_seconds:.1f} s"
+            + f" ({', '.join(f'{k} {v:.1f}' for k, v in report.phases.items())})"
+            + (f"; notes: {'; '.join(report.notes)}" if report.notes else "")
+            + (f"; problems: {len(report.problems)}" if report.problems else ""))
+    timings.append(line)
+    print(line)
+    return report
+
+
+@pytest.mark.parametrize("relpath,kind", CASES, ids=[p.rsplit("/", 1)[-1].removesuffix(".ipynb") for p, _ in CASES])
+def test_notebook_runs_clean_in_jupyterlab(lab, relpath, kind, record_property):
+    _require_browser()
+    report = _check(lab, relpath, kind)
+    record_property("run_all_seconds", round(report.seconds, 1))
+    if report.problems:
+        pytest.fail(f"{relpath} in the browser: " + " | ".join(report.problems), pytrace=False)
+
+
+def test_checker_reports_a_broken_lesson(lab):
+    """The test of the test: lesson 00 with `raise RuntimeError("deliberately broken")` must be caught."""
+    _require_browser()
+    server, _, _ = lab
+    relpath = "broken/00_start_here.ipynb"
+    broken_copy(ROOT / "notebooks" / "00_start_here.ipynb", server.root / relpath)
+    report = _check(lab, relpath, "lesson", label=f"{relpath} (deliberately broken)")
+    assert any("RuntimeError" in p and "deliberately broken" in p for p in report.problems), (
+        f"the checker missed the deliberate RuntimeError; it reported {report.problems}")
+    # Run All stops at the error, so the cells after it never ran: the checker says so too.
+    assert any("never ran" in p for p in report.problems), report.problems
