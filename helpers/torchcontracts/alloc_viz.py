@@ -205,10 +205,55 @@ def fragmentation_trace(n: int = 8, size_mib: float = 6.0, free_order: str = "ev
     return "\n".join(lines)
 
 
+def _explorer_png(steps: Sequence[Step]) -> bytes:
+    """The explorer's picture: segments before ``empty_cache`` over allocated vs reserved, as PNG bytes."""
+    import io
+
+    from matplotlib.figure import Figure
+
+    before = steps[-2]
+    fig = Figure(figsize=(8, 5.5))
+    axes = fig.subplots(2, 1)
+    draw_segments(before.snapshot, axes[0], title=f"after '{before.op}'")
+    draw_steps(steps, axes[1])
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=80)
+    return buf.getvalue()
+
+
+def _explorer_summary(steps: Sequence[Step]) -> str:
+    before = steps[-2]
+    return (f"allocated {before.allocated / MiB:.2f} MiB | reserved {before.reserved / MiB:.2f} MiB | "
+            f"segments {before.segments} | free but stuck in split segments "
+            f"{before.inactive_split_bytes / MiB:.2f} MiB | fragmentation {before.fragmentation:.2f} | "
+            f"after empty_cache: reserved {steps[-1].reserved / MiB:.2f} MiB")
+
+
+def _in_kernel() -> bool:
+    try:
+        from IPython import get_ipython
+    except ImportError:  # pragma: no cover - ipywidgets needs IPython
+        return False
+    return getattr(get_ipython(), "kernel", None) is not None
+
+
 def explorer() -> Any:
-    """A widget: change the tensor size, the order of frees and max_split_size_mb; watch fragmentation."""
+    """A widget: change the tensor size, the order of frees and max_split_size_mb; watch fragmentation.
+
+    The picture is PNG bytes in an ``Image`` widget and the numbers are text in an ``HTML`` widget:
+    drawing sets widget values and never captures cell output (no ``Output`` widget, no
+    ``plt.show()``). Output captured while a cell runs makes nbclient (so ``torchcontracts ledger``
+    and any headless run) echo each captured output back to the kernel as a ``comm_msg`` on the
+    shell socket, through a blocking shadow of the asyncio socket it is polling for the cell's
+    ``execute_reply``; a send just after the reply lands swallows the poll's wake-up, and the cell
+    then sits out the client's whole timeout (and passes). Outside a kernel (a script, a test) each
+    drawing also prints the numbers.
+    ``box.update()`` redraws; ``box.steps`` holds the last replayed trace.
+    """
+    import html
+
     import ipywidgets as w
-    import matplotlib.pyplot as plt
     from IPython.display import display
 
     size = w.FloatSlider(value=6.0, min=0.25, max=16.0, step=0.25, description="tensor MiB")
@@ -217,27 +262,24 @@ def explorer() -> Any:
                        value="every other", description="free")
     split = w.Dropdown(options=[("unlimited", 0), ("8 MiB", 8), ("16 MiB", 16)], value=0,
                        description="max_split")
-    out = w.Output()
+    image = w.Image(format="png")
+    info = w.HTML()
+    box = w.VBox([w.HBox([size, big]), w.HBox([order, split]), image, info])
 
     def render(*_: Any) -> None:
         cfg = Config(max_split_size=split.value * MiB if split.value else None)
         steps = replay(fragmentation_trace(8, size.value, order.value, big.value), cfg)
-        before = steps[-2]
-        with out:
-            out.clear_output(wait=True)
-            fig, axes = plt.subplots(2, 1, figsize=(8, 5.5))
-            draw_segments(before.snapshot, axes[0], title=f"after '{before.op}'")
-            draw_steps(steps, axes[1])
-            fig.tight_layout()
-            plt.show()
-            print(f"allocated {before.allocated / MiB:.2f} MiB | reserved {before.reserved / MiB:.2f} MiB | "
-                  f"segments {before.segments} | free but stuck in split segments "
-                  f"{before.inactive_split_bytes / MiB:.2f} MiB | fragmentation {before.fragmentation:.2f} | "
-                  f"after empty_cache: reserved {steps[-1].reserved / MiB:.2f} MiB")
+        text = _explorer_summary(steps)
+        box.steps = steps
+        image.value = _explorer_png(steps)
+        info.value = "<pre>" + html.escape(text) + "</pre>"
+        if not _in_kernel():
+            print(text)
 
     for ctl in (size, big, order, split):
         ctl.observe(render, names="value")
+    box.size_slider, box.big_slider, box.order_box, box.split_box = size, big, order, split
+    box.image, box.info, box.update = image, info, render
     render()
-    box = w.VBox([w.HBox([size, big]), w.HBox([order, split]), out])
     display(box)
     return box
