@@ -4,62 +4,133 @@ Notebooks record verdicts through ``torchcontracts.claims.verdict``; with the en
 variable ``TORCHCONTRACTS_LEDGER`` set, each verdict is appended to a JSON-lines file.
 This module executes the lessons with nbclient (the same engine nbval and JupyterLab use)
 and joins those records with ``claims.csv``, so uncovered claims show as ``not covered``.
+
+Every code cell has ``cell_timeout`` seconds (default 120). A cell that takes longer stops the
+run with :class:`CellTimeout`, whose message names the notebook and the cell, e.g.
+``ledger: 03_memory_contracts.ipynb cell 43 (`box = explorer()`) did not finish in 120 s``
+(cells are counted from 1 at the top of the notebook, markdown cells included). The progress
+bar moves once per executed code cell.
 """
 
 from __future__ import annotations
 
+import argparse
+import csv
 import json
 import os
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Callable, Iterable, Sequence
 
 import nbformat
 from nbclient import NotebookClient
+from nbclient.exceptions import CellTimeoutError
 
 from .claims import LEDGER_ENV, all_claims
 
-__all__ = ["LedgerRow", "build_ledger", "execute_notebook", "COLUMNS"]
+__all__ = ["COLUMNS", "CELL_TIMEOUT", "CellTimeout", "LedgerRow", "add_arguments", "build_ledger",
+           "code_cells", "execute_notebook", "run"]
 
 COLUMNS = ["id", "claim", "verdict", "evidence", "source", "notebook", "device", "torch"]
+CELL_TIMEOUT = 120  # seconds one code cell may run
 LedgerRow = dict[str, str]
 
 
-def execute_notebook(path: Path, *, timeout: int = 600, cwd: Path | None = None) -> float:
-    """Execute one notebook in a fresh kernel, in memory (the file is not rewritten); return seconds."""
+class CellTimeout(RuntimeError):
+    """A cell of a lesson did not finish within the per-cell timeout."""
+
+    def __init__(self, notebook: str, cell: int, source: str, seconds: float) -> None:
+        self.notebook, self.cell, self.seconds = notebook, cell, seconds
+        lines = [ln.strip() for ln in source.splitlines() if ln.strip()]
+        first = lines[0] if lines else ""
+        self.source = (first[:60] + "...") if len(first) > 60 or len(lines) > 1 else first
+        super().__init__(f"ledger: {notebook} cell {cell} (`{self.source}`) did not finish in {seconds:g} s")
+
+
+def code_cells(path: Path) -> int:
+    """How many code cells of a notebook run (nbclient skips empty ones); the progress bar counts these."""
+    return sum(c.cell_type == "code" and bool(c.source.strip()) for c in nbformat.read(path, as_version=4).cells)
+
+
+def execute_notebook(path: Path, *, cell_timeout: float = CELL_TIMEOUT, cwd: Path | None = None,
+                     on_cell: Callable[[int, int], None] | None = None, timeout: float | None = None) -> float:
+    """Execute one notebook in a fresh kernel, in memory (the file is not rewritten); return seconds.
+
+    ``on_cell(cell_index, code_cells_done)`` is called after each code cell has finished. A cell that
+    runs longer than ``cell_timeout`` seconds raises :class:`CellTimeout`. ``timeout`` is the old
+    name of ``cell_timeout`` (nbclient's timeout has always been per cell).
+    """
+    if timeout is not None:
+        cell_timeout = timeout
     nb = nbformat.read(path, as_version=4)
+    started: dict[str, float] = {}
+    done = [0]
+
+    def cell_started(cell: Any, cell_index: int) -> None:
+        started["index"], started["t"] = cell_index, time.monotonic()
+
+    def cell_executed(cell: Any, cell_index: int, execute_reply: Any) -> None:
+        # nbclient raises CellTimeoutError only when no reply has come by the deadline; a reply
+        # picked up late (at the deadline) is a timeout for the ledger too.
+        if time.monotonic() - started["t"] >= cell_timeout:
+            raise CellTimeout(path.name, cell_index + 1, cell.source, cell_timeout)
+        done[0] += 1
+        if on_cell is not None:
+            on_cell(cell_index, done[0])
+
     start = time.perf_counter()
-    # The kernel process's own stderr holds only ipykernel's start-up warnings and C-level noise;
-    # cell errors and warnings arrive through Jupyter messages, so nothing a learner needs is lost.
-    NotebookClient(nb, timeout=timeout, kernel_name="python3",
-                   resources={"metadata": {"path": str(cwd or path.parent)}}).execute(stderr=subprocess.DEVNULL)
+    client = NotebookClient(nb, timeout=max(1, int(cell_timeout + 0.999)), kernel_name="python3",
+                            resources={"metadata": {"path": str(cwd or path.parent)}},
+                            on_cell_execute=cell_started, on_cell_executed=cell_executed)
+    try:
+        # The kernel process's own stderr holds only ipykernel's start-up warnings and C-level noise;
+        # cell errors and warnings arrive through Jupyter messages, so nothing a learner needs is lost.
+        client.execute(stderr=subprocess.DEVNULL)
+    except CellTimeoutError:
+        i = started.get("index", 0)
+        raise CellTimeout(path.name, i + 1, nb.cells[i].source, cell_timeout) from None
     return time.perf_counter() - start
 
 
-def build_ledger(notebooks: Iterable[Path], *, progress: bool = True, timeout: int = 600) -> tuple[list[LedgerRow], dict[str, float]]:
-    """Execute the notebooks and return one row per claim, plus each notebook's run time."""
+def build_ledger(notebooks: Iterable[Path], *, progress: bool = True, cell_timeout: float = CELL_TIMEOUT,
+                 timeout: float | None = None) -> tuple[list[LedgerRow], dict[str, float]]:
+    """Execute the notebooks and return one row per claim, plus each notebook's run time.
+
+    The progress bar counts code cells over all the notebooks. ``timeout`` is the old name of
+    ``cell_timeout``.
+    """
     from tqdm.auto import tqdm
 
+    if timeout is not None:
+        cell_timeout = timeout
     paths = list(notebooks)
+    counts = {p: code_cells(p) for p in paths}
     seen: dict[str, LedgerRow] = {}
     times: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp:
         old = os.environ.get(LEDGER_ENV)
-        bar = tqdm(paths, desc="executing lessons", unit="nb", disable=not progress)
+        bar = tqdm(total=sum(counts.values()), desc="executing lessons", unit="cell", disable=not progress)
         try:
-            for path in bar:
-                bar.set_postfix_str(path.name)
+            for path in paths:
+                bar.set_postfix_str(f"{path.name} 0/{counts[path]}")
+
+                def on_cell(cell_index: int, done: int, path: Path = path) -> None:
+                    bar.set_postfix_str(f"{path.name} {done}/{counts[path]}", refresh=False)
+                    bar.update(1)
+
                 record_file = Path(tmp) / f"{path.stem}.jsonl"
                 os.environ[LEDGER_ENV] = str(record_file)
-                times[path.name] = execute_notebook(path, timeout=timeout)
+                times[path.name] = execute_notebook(path, cell_timeout=cell_timeout, on_cell=on_cell)
                 if record_file.exists():
                     for line in record_file.read_text(encoding="utf-8").splitlines():
                         rec = json.loads(line)
                         rec["notebook"] = path.name
                         seen[rec["id"]] = rec
         finally:
+            bar.close()
             if old is None:
                 os.environ.pop(LEDGER_ENV, None)
             else:
@@ -78,3 +149,57 @@ def build_ledger(notebooks: Iterable[Path], *, progress: bool = True, timeout: i
             "torch": rec.get("torch", ""),
         })
     return rows, times
+
+
+# -- the command -----------------------------------------------------------------------------------
+def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The options of ``torchcontracts ledger``."""
+    p.add_argument("--out", default="ledger.csv")
+    p.add_argument("--only", nargs="*", help="lesson number prefixes, e.g. 01 02")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--cell-timeout", type=float, default=CELL_TIMEOUT, metavar="SECONDS",
+                   help=f"seconds one code cell may run (default {CELL_TIMEOUT})")
+    return p
+
+
+def run(args: argparse.Namespace, notebooks: Sequence[Path] | None = None) -> int:
+    """``torchcontracts ledger``: execute the lessons, write the CSV, say what happened in one line."""
+    if notebooks is None:
+        from .labformat import find_root
+
+        root = find_root()
+        notebooks = sorted((root / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+        if args.only:
+            notebooks = [p for p in notebooks if any(p.name.startswith(o) for o in args.only)]
+    if not notebooks:
+        print("ledger: no lesson notebooks found in notebooks/: run this from the course root")
+        return 1
+    try:
+        rows, times = build_ledger(notebooks, progress=not args.quiet,
+                                   cell_timeout=getattr(args, "cell_timeout", CELL_TIMEOUT))
+    except CellTimeout as err:
+        print(err)
+        return 1
+    except Exception as err:  # a failing lesson: say which, in one line
+        print(f"ledger: a lesson failed to run: {type(err).__name__}: {str(err).strip().splitlines()[-1][:200]}")
+        return 1
+    with open(args.out, "w", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, fieldnames=COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+    covered = sum(r["verdict"] != "not covered" for r in rows)
+    for name, secs in times.items():
+        print(f"  {name}: {secs:.1f} s")
+    print(f"ledger: {covered}/{len(rows)} claims covered; wrote {args.out}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m torchcontracts.ledger [--cell-timeout S] ...``, the same as ``torchcontracts ledger``."""
+    p = add_arguments(argparse.ArgumentParser(prog="torchcontracts ledger",
+                                              description="run the lessons headless and write one row per claim"))
+    return run(p.parse_args(argv))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
