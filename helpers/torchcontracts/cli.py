@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import csv
 import sys
 from typing import Sequence
 
@@ -19,30 +18,9 @@ def _doctor(args: argparse.Namespace) -> int:
 
 
 def _ledger(args: argparse.Namespace) -> int:
-    from .labformat import find_root
-    from .ledger import COLUMNS, build_ledger
+    from .ledger import run
 
-    root = find_root()
-    notebooks = sorted((root / "notebooks").glob("[0-9][0-9]_*.ipynb"))
-    if args.only:
-        notebooks = [p for p in notebooks if any(p.name.startswith(o) for o in args.only)]
-    if not notebooks:
-        print("ledger: no lesson notebooks found in notebooks/: run this from the course root")
-        return 1
-    try:
-        rows, times = build_ledger(notebooks, progress=not args.quiet)
-    except Exception as err:  # a failing lesson: say which, in one line
-        print(f"ledger: a lesson failed to run: {type(err).__name__}: {str(err).strip().splitlines()[-1][:200]}")
-        return 1
-    with open(args.out, "w", newline="", encoding="utf-8") as fh:
-        writer = csv.DictWriter(fh, fieldnames=COLUMNS)
-        writer.writeheader()
-        writer.writerows(rows)
-    covered = sum(r["verdict"] != "not covered" for r in rows)
-    for name, secs in times.items():
-        print(f"  {name}: {secs:.1f} s")
-    print(f"ledger: {covered}/{len(rows)} claims covered; wrote {args.out}")
-    return 0
+    return run(args)
 
 
 def _labs(args: argparse.Namespace) -> int:
@@ -89,6 +67,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--out", default="ledger.csv")
     p.add_argument("--only", nargs="*", help="lesson number prefixes, e.g. 01 02")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--cell-timeout", type=float, default=120, metavar="SECONDS",
+                   help="seconds one code cell may run (default 120)")
     p.set_defaults(func=_ledger)
     p = sub.add_parser("labs", help="build labs/ from solutions/, or check they are in step")
     p.add_argument("action", choices=["build", "check"])
