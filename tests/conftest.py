@@ -68,3 +68,31 @@ def checks_by_task(lab_id: str) -> dict:
 
     spec = lab_spec(ROOT, lab_id)
     return {task: spec.checks_for(task) for task in spec.tasks}
+
+
+def notebook_functions(path: Path, *names: str) -> dict:
+    """Functions defined in a notebook's code cells, exec'd alone (after the notebook's imports).
+
+    A claim cell states its proof as a small predicate over measured values (``def proof_c137(...)``);
+    a test loads that very predicate here and feeds it the behaviour the seed describes, to show the
+    proof would fail if PyTorch behaved the other way. Only the ``def`` statements run, not the cells.
+    """
+    import ast
+
+    nb = read(path)
+    ns = course_imports(nb)
+    found: dict = {}
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        try:
+            tree = ast.parse(cell.source)
+        except SyntaxError:  # a cell with IPython magics holds no proof predicate
+            continue
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef) and node.name in names:
+                exec(compile(ast.Module(body=[node], type_ignores=[]), f"<{path.name}>", "exec"), ns)
+                found[node.name] = ns[node.name]
+    missing = sorted(set(names) - set(found))
+    assert not missing, f"{path.name} defines no {missing}"
+    return found

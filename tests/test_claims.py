@@ -9,18 +9,15 @@ from pathlib import Path
 import pytest
 
 import torchcontracts as tc
-from torchcontracts.claims import LEDGER_ENV, ClaimContradicted, all_claims
+from torchcontracts.claims import LEDGER_ENV, ClaimContradicted, all_claims, owned_by, seed_section
 
 from conftest import ROOT, read
 
 VERDICT_CALL = re.compile(r"verdict\(\s*[\"'](C\d+b?)[\"']")
-# What each lesson must cover (from the issues and CURRICULUM.md). Lessons not written yet are skipped.
-OWNED = {
-    "01_tensor_contracts": "C001 C021 C022 C025 C031 C033 C040 C051 C082 C131 C136 C137",
-    "02_autograd_engine": "C002 C003 C004 C005 C006 C007 C008 C009 C011 C012 C013 C014 C015 C016 C034 C043 "
-                          "C044 C087 C088 C096 C097 C098 C099 C100 C101 C102 C105 C106 C130 C133 C134 C138",
-    "03_memory_contracts": "C010 C018 C019 C020 C024 C026 C057 C080 C081 C083 C085 C085b C086 C135 C146",
-}
+LESSON_STEMS = {"01": "01_tensor_contracts", "02": "02_autograd_engine", "03": "03_memory_contracts"}
+# What each lesson must cover: read from the claims data's `lesson` column (data/claim_places.csv),
+# the one place that says which lesson owns a claim. Lessons not written yet are skipped.
+OWNED = {stem: " ".join(owned_by(num)) for num, stem in LESSON_STEMS.items()}
 
 
 def test_course_data_has_all_124_claims_matching_the_shared_source():
@@ -30,6 +27,32 @@ def test_course_data_has_all_124_claims_matching_the_shared_source():
     if shared.exists():
         packaged = (ROOT / "helpers/torchcontracts/data/claims.csv").read_text(encoding="utf-8")
         assert packaged == shared.read_text(encoding="utf-8"), "data/claims.csv drifted from shared/claims.csv"
+
+
+def test_every_claim_has_one_lesson_and_the_seed_section_that_holds_its_words():
+    claims = all_claims()
+    assert all(c.lesson in {f"{n:02d}" for n in range(1, 10)} for c in claims.values()), "a claim lacks a lesson"
+    assert sum(len(owned_by(f"{n:02d}")) for n in range(1, 10)) == len(claims)
+    seeds = ROOT.parent / "shared" / "seeds"
+    if not seeds.is_dir():
+        pytest.skip("the seed articles (../shared/seeds) are not on this machine")
+    texts = {p.name: p.read_text(encoding="utf-8") for p in seeds.glob("*.txt")}
+    wrong = {c.id: (c.section, seed_section(c.zh, texts[c.seed_file])) for c in claims.values()
+             if c.section != seed_section(c.zh, texts[c.seed_file]) or not c.section}
+    assert not wrong, f"data/claim_places.csv sections disagree with the seeds: {wrong}"
+
+
+def test_seed_section_finds_a_fragment_in_a_numbered_section_and_nothing_elsewhere():
+    text = "1. 开场白 这里是第一段。2. 张量 本节讲视图与步长。3. 内存 这里讲缓存"
+    assert seed_section("本节讲视图与步长", text) == "§2 张量 本节讲视图与步长"
+    assert seed_section("这里讲缓存", text).startswith("§3 ")
+    assert seed_section("完全不存在的句子内容", text) == ""
+
+
+def test_claim_shows_the_seed_words_and_where_they_come_from(capsys):
+    c = tc.claim("C069")
+    out = capsys.readouterr().out
+    assert c.zh in out and c.seed_file in out and c.section and c.section in out and "not trusted" in out
 
 
 def test_verdict_raises_when_the_measurement_contradicts_it():

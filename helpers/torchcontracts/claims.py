@@ -12,12 +12,14 @@ import dataclasses
 import functools
 import json
 import os
+import re
 from importlib import resources
 from typing import Literal
 
 import torch
 
-__all__ = ["Claim", "ClaimContradicted", "VERDICTS", "all_claims", "claim", "recorded", "verdict"]
+__all__ = ["Claim", "ClaimContradicted", "VERDICTS", "all_claims", "claim", "owned_by", "recorded", "seed_section",
+           "verdict"]
 
 Verdict = Literal["true", "false", "partly", "outdated", "gpu-only"]
 VERDICTS: tuple[str, ...] = ("true", "false", "partly", "outdated", "gpu-only")
@@ -33,6 +35,8 @@ class Claim:
     seed_file: str
     en: str
     zh: str
+    lesson: str = ""  # "01".."09": the one lesson that judges it (data/claim_places.csv)
+    section: str = ""  # where the seed says it: "§2.4 GPU 显存层" (data/claim_places.csv)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,9 +58,46 @@ class ClaimContradicted(AssertionError):
 @functools.cache
 def all_claims() -> dict[str, Claim]:
     """Every claim in the course data, keyed by id (C001 ...)."""
-    text = resources.files("torchcontracts").joinpath("data/claims.csv").read_text(encoding="utf-8")
-    rows = csv.DictReader(text.splitlines())
-    return {r["id"]: Claim(r["id"], r["topic"], r["seed_file"], r["claim_en"], r["claim_zh"]) for r in rows}
+    data = resources.files("torchcontracts").joinpath("data")
+    rows = csv.DictReader(data.joinpath("claims.csv").read_text(encoding="utf-8").splitlines())
+    places = {r["id"]: r for r in csv.DictReader(data.joinpath("claim_places.csv").read_text(encoding="utf-8").splitlines())}
+    return {r["id"]: Claim(r["id"], r["topic"], r["seed_file"], r["claim_en"], r["claim_zh"],
+                           places.get(r["id"], {}).get("lesson", ""), places.get(r["id"], {}).get("section", ""))
+            for r in rows}
+
+
+def owned_by(lesson: str) -> list[str]:
+    """The ids of the claims one lesson judges ("01".."09"): one place for ownership, read by tests and summaries."""
+    return sorted(cid for cid, c in all_claims().items() if c.lesson == lesson)
+
+
+_KEEP = re.compile(r"[0-9A-Za-z\u4e00-\u9fff]")
+_HEADING = re.compile(r"(?:^|(?<=[。！？\n]))[ \t]*([1-9]\d?(?:\.[1-9]\d?)*)\.?[ \t]*(?![\d%.~])(\S[^\n。！？]{0,60})", re.M)
+
+
+def seed_section(zh: str, text: str) -> str:
+    """The numbered section of a seed article that holds a claim's Chinese words ("" if not found).
+
+    The claims data strips punctuation from the seed's sentences, so both sides are compared as
+    letters, digits and CJK only; the longest fragment that matches wins. This is how the
+    ``section`` column of data/claim_places.csv was made, and tests re-derive it from the seeds.
+    """
+    idx = [i for i, ch in enumerate(text) if _KEEP.match(ch)]
+    flat = "".join(text[i] for i in idx)
+    fragments = sorted(("".join(ch for ch in f if _KEEP.match(ch)) for f in re.split(r"\.\.\.|…", zh)),
+                       key=len, reverse=True)
+    for frag in fragments:
+        for size in (range(len(frag), 7, -4) if len(frag) >= 8 else [len(frag)] if frag else []):
+            for start in range(0, len(frag) - size + 1, 2):
+                k = flat.find(frag[start:start + size])
+                if k < 0:
+                    continue
+                heads = [m for m in _HEADING.finditer(text) if m.start() <= idx[k]]
+                if not heads:
+                    return "opening"
+                title = re.split(r"[，,：:]", heads[-1].group(2).strip())[0]
+                return f"§{heads[-1].group(1)} {title[:18]}" + ("…" if len(title) > 18 else "")
+    return ""
 
 
 _RECORDS: dict[str, Record] = {}
@@ -77,8 +118,10 @@ def _lookup(claim_id: str) -> Claim:
 def claim(claim_id: str) -> Claim:
     """Show a seed claim as a claim *under test*, never as fact."""
     c = _lookup(claim_id)
+    where = f"{c.seed_file}" + (f", {c.section}" if c.section else "")
     print(f"CLAIM {c.id} ({c.topic}), as the seed article states it - to be tested, not trusted:")
     print(f"  \u201c{c.en}\u201d")
+    print(f"  seed words: \u201c{c.zh}\u201d  [{where}]")
     return c
 
 
