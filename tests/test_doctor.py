@@ -86,3 +86,28 @@ def test_the_doctor_warns_but_still_exits_0(monkeypatch, capsys):
     assert main(["doctor"]) == 0
     out = capsys.readouterr().out
     assert "WARNING: the build does not fit: do this" in out and "RESULT: ready for the course." in out
+
+
+def test_doctor_warns_when_jupyters_python3_kernel_is_another_python_and_its_command_fixes_it(tmp_path):
+    """A kernelspec left by a deleted venv: the doctor names it, and the command it prints removes the warning."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from torchcontracts.device import KERNEL_FIX
+
+    spec = tmp_path / "kernels" / "python3"
+    spec.mkdir(parents=True)
+    (spec / "kernel.json").write_text(json.dumps({
+        "argv": ["/gone/.venv/bin/python", "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "stale", "language": "python"}))
+    env = {**os.environ, "JUPYTER_DATA_DIR": str(tmp_path)}
+    doctor = [sys.executable, "-m", "torchcontracts", "doctor"]
+    before = subprocess.run(doctor, env=env, capture_output=True, text=True, timeout=120)
+    warned = [ln for ln in before.stdout.splitlines() if "python3 kernel runs /gone/.venv/bin/python" in ln]
+    assert before.returncode == 0 and len(warned) == 1 and KERNEL_FIX in warned[0], before.stdout
+    fix = KERNEL_FIX.replace("python ", f"{sys.executable} ", 1).split()
+    subprocess.run(fix, env=env, check=True, capture_output=True, timeout=120)
+    after = subprocess.run(doctor, env=env, capture_output=True, text=True, timeout=120)
+    assert after.returncode == 0 and "python3 kernel runs" not in after.stdout, after.stdout

@@ -24,6 +24,7 @@ from nbclient import NotebookClient
 from conftest import ROOT, read, solution_functions
 from torchcontracts.check import Check, LabSpec
 from torchcontracts.labformat import cell_meta
+from torchcontracts.ledger import this_python_kernel
 
 LABS = sorted(p.stem for p in (ROOT / "solutions").glob("lab*.ipynb"))
 NAN = float("nan")
@@ -237,7 +238,7 @@ def _outputs_text(cell: Any) -> str:
 @pytest.fixture(scope="module")
 def executed(lab, tmp_path_factory) -> Any:
     nb = read(ROOT / "labs" / f"{lab}.ipynb")
-    NotebookClient(nb, timeout=300, kernel_name="python3", allow_errors=True,
+    NotebookClient(nb, timeout=300, km=this_python_kernel(), allow_errors=True,
                    resources={"metadata": {"path": str(tmp_path_factory.mktemp(lab))}}).execute()
     return nb
 

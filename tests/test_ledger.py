@@ -28,3 +28,29 @@ def test_ledger_writes_a_row_per_claim_with_lesson_01_verdicts(tmp_path):
         assert row["verdict"] in {"true", "false", "partly", "outdated", "gpu-only"}, (cid, row)
         assert row["notebook"] == "01_tensor_contracts.ipynb" and row["evidence"] and row["device"] == "cpu"
     assert rows["C002"]["verdict"] == "not covered"  # an autograd claim: lesson 02 was not run here
+
+
+def test_a_stale_user_kernelspec_cannot_hijack_the_ledger(tmp_path, monkeypatch):
+    """A `python3` kernelspec left by a deleted venv (seen on a CI machine) must not run the lessons."""
+    import json
+    import sys
+
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    from torchcontracts.ledger import execute_notebook
+
+    spec = tmp_path / "data" / "kernels" / "python3"
+    spec.mkdir(parents=True)
+    (spec / "kernel.json").write_text(json.dumps({
+        "argv": ["/nonexistent/venv/bin/python", "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "stale", "language": "python"}))
+    monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "data"))
+    from jupyter_client.kernelspec import KernelSpecManager
+    assert KernelSpecManager().get_kernel_spec("python3").argv[0] == "/nonexistent/venv/bin/python"  # the trap is set
+    out = tmp_path / "exe.txt"
+    nb = new_notebook(cells=[new_code_cell(f"import sys; open({str(out)!r}, 'w').write(sys.executable)")])
+    path = tmp_path / "probe.ipynb"
+    nbformat.write(nb, path)
+    execute_notebook(path, cell_timeout=60)
+    assert out.read_text() == sys.executable

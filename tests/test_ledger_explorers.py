@@ -16,6 +16,7 @@ from nbclient import NotebookClient
 from nbformat.v4 import new_code_cell, new_notebook
 
 from conftest import ROOT
+from torchcontracts.ledger import this_python_kernel
 
 
 def test_explorers_make_nbclient_send_nothing_but_execute_requests_while_their_cells_run(tmp_path):
@@ -30,7 +31,7 @@ def test_explorers_make_nbclient_send_nothing_but_execute_requests_while_their_c
     ]
     nb = new_notebook(cells=cells)
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    client = NotebookClient(nb, timeout=300, kernel_name="python3",
+    client = NotebookClient(nb, timeout=300, km=this_python_kernel(),
                             resources={"metadata": {"path": str(ROOT / "notebooks")}})
     sent: list[tuple[str, str]] = []
 

@@ -11,6 +11,7 @@ import dataclasses
 import json
 import os
 import platform
+import shutil
 import sys
 from typing import Any
 
@@ -131,6 +132,33 @@ def wheel_warnings(cuda_build: bool, gpu_works: bool, driver: bool) -> list[str]
     return []
 
 
+def kernel_warnings() -> list[str]:
+    """A one-line warning when Jupyter's "python3" kernel would run another Python than this one.
+
+    Jupyter looks in the user's data folder first, so a kernelspec left by an old venv makes every
+    notebook run on that venv's torch (or fail to start) while the doctor, run here, says all is well.
+    """
+    try:
+        from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
+
+        try:
+            exe = KernelSpecManager().get_kernel_spec("python3").argv[0]
+        except NoSuchKernel:
+            return []
+    except Exception:  # Jupyter not installed: nothing to compare
+        return []
+    found = shutil.which(exe) if not os.path.isabs(exe) else (exe if os.path.exists(exe) else None)
+    if found and os.path.realpath(found) == os.path.realpath(sys.executable):
+        return []
+    if found and not os.path.isabs(exe):  # a bare "python": fine when it is this one
+        return []
+    return [f"Jupyter's python3 kernel runs {exe}{'' if found else ' (missing)'}, not this Python "
+            f"({sys.executable}), so notebooks would use another torch: {KERNEL_FIX}"]
+
+
+KERNEL_FIX = "python -m ipykernel install --user --name python3"
+
+
 def diagnose() -> Report:
     """Check this machine the way a lesson will use it, and collect one-line problems."""
     problems: list[str] = []
@@ -159,7 +187,7 @@ def diagnose() -> Report:
         threads=torch.get_num_threads(),
         devices=devices,
         problems=problems,
-        warnings=wheel_warnings(bool(torch.version.cuda), gpu_works, nvidia_driver_present()),
+        warnings=wheel_warnings(bool(torch.version.cuda), gpu_works, nvidia_driver_present()) + kernel_warnings(),
     )
 
 

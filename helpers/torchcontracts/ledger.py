@@ -26,13 +26,15 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 import nbformat
+from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
+from jupyter_client.manager import AsyncKernelManager
 from nbclient import NotebookClient
 from nbclient.exceptions import CellTimeoutError
 
 from .claims import LEDGER_ENV, all_claims
 
 __all__ = ["COLUMNS", "CELL_TIMEOUT", "CellTimeout", "LedgerRow", "add_arguments", "build_ledger",
-           "code_cells", "execute_notebook", "run"]
+           "code_cells", "execute_notebook", "run", "this_python_kernel"]
 
 COLUMNS = ["id", "claim", "verdict", "evidence", "source", "notebook", "device", "torch"]
 CELL_TIMEOUT = 120  # seconds one code cell may run
@@ -48,6 +50,27 @@ class CellTimeout(RuntimeError):
         first = lines[0] if lines else ""
         self.source = (first[:60] + "...") if len(first) > 60 or len(lines) > 1 else first
         super().__init__(f"ledger: {notebook} cell {cell} (`{self.source}`) did not finish in {seconds:g} s")
+
+
+class _ThisPythonSpecs(KernelSpecManager):
+    """Kernel specs in which "python3" is always this interpreter.
+
+    Jupyter looks up "python3" in the user's data folder first, so a kernelspec left behind by an old,
+    deleted venv (``~/.local/share/jupyter/kernels/python3``) would run the lessons on another Python
+    with another torch, or fail to start at all. The ledger and the tests must measure this environment.
+    """
+
+    def get_kernel_spec(self, kernel_name: str) -> KernelSpec:
+        if kernel_name == "python3":
+            from ipykernel import kernelspec
+
+            return self.kernel_spec_class(resource_dir=kernelspec.RESOURCES, **kernelspec.get_kernel_dict())
+        return super().get_kernel_spec(kernel_name)
+
+
+def this_python_kernel() -> AsyncKernelManager:
+    """A kernel manager for nbclient that starts ipykernel on ``sys.executable``, whatever kernelspecs say."""
+    return AsyncKernelManager(kernel_name="python3", kernel_spec_manager=_ThisPythonSpecs())
 
 
 def code_cells(path: Path) -> int:
@@ -82,7 +105,7 @@ def execute_notebook(path: Path, *, cell_timeout: float = CELL_TIMEOUT, cwd: Pat
             on_cell(cell_index, done[0])
 
     start = time.perf_counter()
-    client = NotebookClient(nb, timeout=max(1, int(cell_timeout + 0.999)), kernel_name="python3",
+    client = NotebookClient(nb, timeout=max(1, int(cell_timeout + 0.999)), km=this_python_kernel(),
                             resources={"metadata": {"path": str(cwd or path.parent)}},
                             on_cell_execute=cell_started, on_cell_executed=cell_executed)
     try:
