@@ -102,7 +102,9 @@ def test_doctor_warns_when_jupyters_python3_kernel_is_another_python_and_its_com
     (spec / "kernel.json").write_text(json.dumps({
         "argv": ["/gone/.venv/bin/python", "-m", "ipykernel_launcher", "-f", "{connection_file}"],
         "display_name": "stale", "language": "python"}))
-    env = {**os.environ, "JUPYTER_DATA_DIR": str(tmp_path)}
+    # Outside a venv Jupyter reads the user's folder first; inside one (CI's venv has its own kernelspec)
+    # JUPYTER_PREFER_ENV_PATH=0 restores that order, so the stale spec wins as it would for that user.
+    env = {**os.environ, "JUPYTER_DATA_DIR": str(tmp_path), "JUPYTER_PREFER_ENV_PATH": "0"}
     doctor = [sys.executable, "-m", "torchcontracts", "doctor"]
     before = subprocess.run(doctor, env=env, capture_output=True, text=True, timeout=120)
     warned = [ln for ln in before.stdout.splitlines() if "python3 kernel runs /gone/.venv/bin/python" in ln]

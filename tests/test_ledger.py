@@ -46,6 +46,7 @@ def test_a_stale_user_kernelspec_cannot_hijack_the_ledger(tmp_path, monkeypatch)
         "argv": ["/nonexistent/venv/bin/python", "-m", "ipykernel_launcher", "-f", "{connection_file}"],
         "display_name": "stale", "language": "python"}))
     monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("JUPYTER_PREFER_ENV_PATH", "0")  # user folder first, as outside a venv (CI's venv has a spec)
     from jupyter_client.kernelspec import KernelSpecManager
     assert KernelSpecManager().get_kernel_spec("python3").argv[0] == "/nonexistent/venv/bin/python"  # the trap is set
     out = tmp_path / "exe.txt"

@@ -135,7 +135,8 @@ def wheel_warnings(cuda_build: bool, gpu_works: bool, driver: bool) -> list[str]
 def kernel_warnings() -> list[str]:
     """A one-line warning when Jupyter's "python3" kernel would run another Python than this one.
 
-    Jupyter looks in the user's data folder first, so a kernelspec left by an old venv makes every
+    Outside a venv Jupyter looks in the user's data folder first (inside one, the venv's own folder
+    comes first unless JUPYTER_PREFER_ENV_PATH=0), so a kernelspec left by an old venv makes every
     notebook run on that venv's torch (or fail to start) while the doctor, run here, says all is well.
     """
     try:
