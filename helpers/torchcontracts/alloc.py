@@ -12,8 +12,8 @@ remainder is >= 512 B, large pool only when it is > 1 MiB and the request < max_
 merging free neighbours on free; ``empty_cache`` releasing only whole free segments;
 ``max_split_size_mb`` (oversize blocks are not split, serve only requests >= max_split_size and
 within ``max_non_split_rounding_mb``), ``roundup_power2_divisions`` (one value for all sizes), and
-the OOM retry chain (free oversize blocks, then all whole free segments, then raise).
-Traces (``alloc a 1.5MiB`` / ``free a`` / ``empty_cache``) are replayed by ``alloc_viz.replay``.
+the OOM retry chain (free oversize blocks, then all whole free segments, then raise), and peaks.
+Traces (``alloc a 1.5MiB`` / ``free a`` / ``reset_peak`` / ``empty_cache``) replay with ``alloc_viz``.
 Not modelled: streams and events (one stream, frees complete at once), CUDA graph pools,
 ``garbage_collection_threshold``, and ``expandable_segments`` (asking for it raises).
 """
@@ -263,8 +263,7 @@ class AllocatorModel:
         if i + 1 < len(seg.blocks) and not seg.blocks[i + 1].allocated:
             block.size += seg.blocks.pop(i + 1).size
         if i > 0 and not seg.blocks[i - 1].allocated:
-            prev = seg.blocks[i - 1]
-            prev.size += seg.blocks.pop(i).size
+            seg.blocks[i - 1].size += seg.blocks.pop(i).size
         self._event("free_completed", block.addr, requested)
 
     def empty_cache(self) -> int:
@@ -286,7 +285,7 @@ class AllocatorModel:
         return seg.blocks[0]
 
     def _retry(self, seg_size: int, small: bool) -> Block | None:
-        self.counters["num_alloc_retries"] += 1
+        self.counters["num_alloc_retries"] += 1  # counted only here, as alloc_block(isRetry=true) does
         return self._alloc_segment(seg_size, small)
 
     def _release(self, seg: Segment) -> int:
@@ -331,11 +330,15 @@ class AllocatorModel:
     def _event(self, action: str, addr: int, size: int) -> None:
         self.events.append({"action": action, "addr": addr, "size": size, "stream": 0})
 
-    def _update_peaks(self) -> None:
+    def _update_peaks(self, reset: bool = False) -> None:
         for k, v in self._current_stats().items():
             if k.endswith(".current"):
                 peak = k[: -len("current")] + "peak"
-                self.peaks[peak] = max(self.peaks.get(peak, 0), v)
+                self.peaks[peak] = v if reset else max(self.peaks.get(peak, 0), v)
+
+    def reset_peak_memory_stats(self) -> None:
+        """``torch.cuda.reset_peak_memory_stats``: every ``.peak`` becomes its ``.current`` (not zero)."""
+        self._update_peaks(reset=True)
 
     # -- what memory_stats() and snapshot() report -------------------------------------------
     @property
