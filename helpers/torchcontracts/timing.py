@@ -8,6 +8,11 @@ the op. So ``time_fn`` measures in short blocks and watches the witnesses of con
   descheduled, lost its vCPU to a hypervisor, or slept at a barrier for one that was, is off CPU; so is
   one whose ``fn`` blocks, which reads as noise too), and on Linux the run-queue wait of all the
   process's threads (``/proc/self/task/*/schedstat``: ready to run, but no free CPU);
+* other processes: on Linux, the CPU time the whole machine spent (``/proc/stat``) minus this process's
+  own. A thread that keeps its CPU still slows down while another process runs beside it: on this course's
+  2-vCPU machine a 64x64 ``+ 1`` took 1.8x as long with one core spinning, at a CPU/wall of 1.00
+  (vCPUs that share a physical core on the host, shared caches, lower boost clocks). No per-thread clock
+  shows that, so a machine where others used more than ``OTHERS_MAX`` CPUs is reported as busy;
 * stalls: blocks slower than the fastest by half a millisecond or more (ticks are 1, 4 or 10 ms);
 * spread: the IQR between blocks and the drift between the two halves of the window.
 
@@ -26,6 +31,7 @@ import dataclasses
 import gc
 import glob
 import math
+import os
 import statistics
 import time
 from typing import Any, Callable, Sequence
@@ -40,6 +46,7 @@ SPREAD_MAX = 0.10  # IQR/median between blocks above this: the figure moves more
 DRIFT_MAX = 0.15  # the two halves of a window differ by more: the machine changed speed meanwhile
 CPU_MIN = 0.85  # timing thread on a CPU for less of the wall time: it was descheduled or waited
 WAIT_MAX = 0.10  # the process's threads sat on a run queue for more than this share of wall time
+OTHERS_MAX = 0.3  # other processes used more CPUs than this, on average, while we measured (a spinner is 1.0)
 STALL_S = 5e-4  # a block this much slower than the fastest (and 1.5x it) lost a scheduler tick
 STALL_SHARE = 0.2  # this share of stalled blocks and the quartiles are the scheduler's, not the op's
 TICKS_S = (1e-3, 4e-3, 10e-3)  # scheduler ticks at HZ = 1000, 250, 100
@@ -64,6 +71,24 @@ def _waited() -> float | None:
         except (OSError, IndexError, ValueError):
             continue  # the thread ended while we looked
     return total / 1e9 if seen else None
+
+
+_CLK_TCK = float(os.sysconf("SC_CLK_TCK")) if hasattr(os, "sysconf") else 100.0  # jiffies per second
+
+
+def _machine_busy() -> float | None:
+    """CPU seconds the whole machine has spent busy since boot, all CPUs together (Linux), else None.
+
+    Busy is user + nice + system + irq + softirq + steal jiffies of /proc/stat's first line; steal (a
+    hypervisor running someone else on our vCPU) counts as busy because it delays us the same way.
+    """
+    try:
+        with open("/proc/stat", encoding="ascii") as f:
+            fields = f.readline().split()
+        user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in fields[1:9])
+    except (OSError, ValueError, IndexError):
+        return None
+    return (user + nice + system + irq + softirq + steal) / _CLK_TCK
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,11 +141,13 @@ def _on_ticks(excess: Sequence[float]) -> bool:
 
 
 def assess(samples_s: Sequence[float], calls: int = 1, cpu_wall_ratio: float | None = None,
-           wait_ratio: float | None = None, pool_share: float = 0.0, device: str = "cpu") -> str:
+           wait_ratio: float | None = None, pool_share: float = 0.0, device: str = "cpu",
+           others_ratio: float | None = None) -> str:
     """Why per-call ``samples_s`` (one per block of ``calls`` calls, in order) can't be trusted, or "".
 
     ``wait_ratio``: seconds the process's threads waited for a CPU per wall second (None: unknown);
-    ``pool_share``: CPU seconds of torch's other threads per wall second. On CUDA only the spread counts.
+    ``pool_share``: CPU seconds of torch's other threads per wall second; ``others_ratio``: CPUs that
+    other processes kept busy, on average, meanwhile (None: unknown). On CUDA only the spread counts.
     """
     n = len(samples_s)
     if n < MIN_BLOCKS:
@@ -133,6 +160,9 @@ def assess(samples_s: Sequence[float], calls: int = 1, cpu_wall_ratio: float | N
                        f"another process is busy{hint}")
         elif cpu_wall_ratio is not None and cpu_wall_ratio < CPU_MIN:  # descheduled, stolen by a hypervisor,
             why.append(f"the timing thread was on a CPU for only {cpu_wall_ratio:.0%} of the wall time")  # or fn blocks
+        if others_ratio is not None and others_ratio > OTHERS_MAX and not why:
+            why.append(f"other processes kept {others_ratio:.2f} CPUs busy meanwhile: an op slows beside them "
+                       "even on a CPU of its own (shared cores, caches and clocks)")
         fastest = min(samples_s) * calls
         excess = [s * calls - fastest for s in samples_s]
         stalled = [e for e in excess if e >= max(STALL_S, 0.5 * fastest)]
@@ -176,6 +206,18 @@ def _round(fn: Callable[..., Any], args: tuple[Any, ...], calls: int, seconds: f
     return _Round(samples, wall, cpu, proc, None if q0 is None or q1 is None else max(q1 - q0, 0.0))
 
 
+def _others(since: tuple[float, float, float | None]) -> float | None:
+    """CPUs other processes kept busy, on average, since ``since`` = (wall, process CPU, machine busy).
+
+    /proc/stat counts in 10 ms jiffies, so spans under 0.1 s give no reading (None).
+    """
+    w0, p0, m0 = since
+    m1, wall = _machine_busy(), _now() - w0
+    if m0 is None or m1 is None or wall < 0.1:
+        return None
+    return max(m1 - m0 - (_proc() - p0), 0.0) / wall
+
+
 def _measure_cpu(fn: Callable[..., Any], args: tuple[Any, ...],
                  min_run_time: float) -> tuple[list[float], dict[str, Any]]:
     """Blocks of about ``BLOCK_S``, in rounds of ``min_run_time / 2``, until the last two rounds are clean."""
@@ -186,6 +228,7 @@ def _measure_cpu(fn: Callable[..., Any], args: tuple[Any, ...],
             break
         calls = min(calls * 10, max(calls * 2, math.ceil(calls * 1.5 * BLOCK_S / max(took, 1e-9))))
     start, rounds = _now(), []
+    since = (start, _proc(), _machine_busy())  # the whole measurement, for the coarse /proc/stat witness
     while True:
         rounds.append(_round(fn, args, calls, min_run_time / 2))
         if len(rounds) < 2:
@@ -196,7 +239,8 @@ def _measure_cpu(fn: Callable[..., Any], args: tuple[Any, ...],
         waits = [r.waited for r in window]
         judged = {"calls": calls, "cpu_wall_ratio": cpu / wall,
                   "pool_share": (sum(r.proc for r in window) - cpu) / wall,  # torch's other threads at work
-                  "wait_ratio": None if None in waits else sum(w for w in waits if w is not None) / wall}
+                  "wait_ratio": None if None in waits else sum(w for w in waits if w is not None) / wall,
+                  "others_ratio": _others(since)}
         if not assess(samples, **judged) or _now() - start >= BUDGET * min_run_time:
             return samples, judged
 
