@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import json
 import os
 import subprocess
@@ -29,14 +30,15 @@ import nbformat
 from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
 from jupyter_client.manager import AsyncKernelManager
 from nbclient import NotebookClient
-from nbclient.exceptions import CellTimeoutError
+from nbclient.exceptions import CellExecutionError, CellTimeoutError
 
 from .claims import LEDGER_ENV, all_claims
 
-__all__ = ["COLUMNS", "CELL_TIMEOUT", "CellTimeout", "LedgerRow", "add_arguments", "build_ledger",
-           "code_cells", "execute_notebook", "run", "this_python_kernel"]
+__all__ = ["CACHE_CSV", "COLUMNS", "CELL_TIMEOUT", "CellTimeout", "LedgerRow", "LessonRun", "add_arguments",
+           "build_ledger", "code_cells", "execute", "execute_notebook", "run", "run_lesson", "this_python_kernel"]
 
 COLUMNS = ["id", "claim", "verdict", "evidence", "source", "notebook", "device", "torch"]
+CACHE_CSV = "ledger_cpu.csv"  # the cached CPU ledger in the package's data/ (lesson 10 reads it), with a .json beside it
 CELL_TIMEOUT = 120  # seconds one code cell may run
 LedgerRow = dict[str, str]
 
@@ -88,7 +90,18 @@ def execute_notebook(path: Path, *, cell_timeout: float = CELL_TIMEOUT, cwd: Pat
     """
     if timeout is not None:
         cell_timeout = timeout
-    nb = nbformat.read(path, as_version=4)
+    return execute(nbformat.read(path, as_version=4), path.name, cwd=cwd or path.parent,
+                   cell_timeout=cell_timeout, on_cell=on_cell)
+
+
+def execute(nb: Any, name: str, *, cwd: Path, cell_timeout: float = CELL_TIMEOUT,
+            on_cell: Callable[[int, int], None] | None = None) -> float:
+    """Execute a notebook node in place (outputs and widget state are kept in ``nb``); return seconds.
+
+    The engine behind :func:`execute_notebook`; the site builder keeps the executed node to export it.
+    ``name`` is the notebook's file name, for the :class:`CellTimeout` message.
+    """
+    path = Path(name)
     started: dict[str, float] = {}
     done = [0]
 
@@ -106,7 +119,7 @@ def execute_notebook(path: Path, *, cell_timeout: float = CELL_TIMEOUT, cwd: Pat
 
     start = time.perf_counter()
     client = NotebookClient(nb, timeout=max(1, int(cell_timeout + 0.999)), km=this_python_kernel(),
-                            resources={"metadata": {"path": str(cwd or path.parent)}},
+                            resources={"metadata": {"path": str(cwd)}},
                             on_cell_execute=cell_started, on_cell_executed=cell_executed)
     try:
         # The kernel process's own stderr holds only ipykernel's start-up warnings and C-level noise;
@@ -116,6 +129,57 @@ def execute_notebook(path: Path, *, cell_timeout: float = CELL_TIMEOUT, cwd: Pat
         i = started.get("index", 0)
         raise CellTimeout(path.name, i + 1, nb.cells[i].source, cell_timeout) from None
     return time.perf_counter() - start
+
+
+@dataclasses.dataclass
+class LessonRun:
+    """One lesson executed with its verdicts collected (for the site and a GPU record), and how it ended."""
+
+    notebook: str
+    seconds: float
+    records: list[dict[str, str]]  # the verdicts it asserted, in order, each with its "notebook"
+    error: str = ""  # "" when every cell ran; else one line naming the failing cell
+    nb: Any = None  # the executed notebook node (outputs and widget state)
+
+
+def run_lesson(path: Path, *, cell_timeout: float = CELL_TIMEOUT,
+               on_cell: Callable[[int, int], None] | None = None) -> LessonRun:
+    """Execute one lesson and collect its verdicts; a failing cell ends the run and is reported, never raised.
+
+    Verdicts asserted before the failure are kept, so a GPU record still holds what a lesson proved
+    before the cell that broke.
+    """
+    nb = nbformat.read(path, as_version=4)
+    error = ""
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        record_file = Path(tmp) / "verdicts.jsonl"
+        old = os.environ.get(LEDGER_ENV)
+        os.environ[LEDGER_ENV] = str(record_file)
+        try:
+            execute(nb, path.name, cwd=path.parent, cell_timeout=cell_timeout, on_cell=on_cell)
+        except CellTimeout as err:
+            error = str(err)
+        except CellExecutionError as err:
+            bad = next((i for i, c in enumerate(nb.cells) if c.cell_type == "code"
+                        and any(o.get("output_type") == "error" for o in c.get("outputs", []))), None)
+            where = f" cell {bad + 1}" if bad is not None else ""
+            error = f"{path.name}{where}: {err.ename}: {_first_line(str(err.evalue))}"
+        except Exception as err:  # the kernel died, or would not start
+            error = f"{path.name}: {type(err).__name__}: {_first_line(str(err))}"
+        finally:
+            if old is None:
+                os.environ.pop(LEDGER_ENV, None)
+            else:
+                os.environ[LEDGER_ENV] = old
+        lines = record_file.read_text(encoding="utf-8").splitlines() if record_file.exists() else []
+    records = [{**json.loads(line), "notebook": path.name} for line in lines]
+    return LessonRun(path.name, time.perf_counter() - start, records, error, nb)
+
+
+def _first_line(text: str, limit: int = 200) -> str:
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    return (lines[-1] if lines else "")[:limit]
 
 
 def build_ledger(notebooks: Iterable[Path], *, progress: bool = True, cell_timeout: float = CELL_TIMEOUT,
@@ -182,7 +246,29 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--cell-timeout", type=float, default=CELL_TIMEOUT, metavar="SECONDS",
                    help=f"seconds one code cell may run (default {CELL_TIMEOUT})")
+    p.add_argument("--cache", action="store_true",
+                   help=f"write the course's cached CPU ledger (data/{CACHE_CSV} and its .json) instead of --out")
     return p
+
+
+def cache_paths() -> tuple[Path, Path]:
+    """Where the cached CPU ledger lives in the package (lesson 10 reads it): the CSV and its JSON sidecar."""
+    data = Path(__file__).resolve().parent / "data"
+    return data / CACHE_CSV, (data / CACHE_CSV).with_suffix(".json")
+
+
+def _write_cache_meta(path: Path, times: dict[str, float], covered: int, only: Sequence[str] | None = None) -> None:
+    """The sidecar that says when, where and how the cached ledger was made, and each lesson's run time."""
+    import platform
+
+    import torch
+
+    command = "torchcontracts ledger --cache" + (f" --only {' '.join(only)}" if only else "")
+    meta = {"made": time.strftime("%Y-%m-%d"), "command": command, "torch": torch.__version__,
+            "python": platform.python_version(), "machine": f"{platform.system()} {platform.machine()}",
+            "cpus": os.cpu_count(), "load_average": [round(x, 2) for x in os.getloadavg()], "covered": covered,
+            "seconds": {name: round(secs, 1) for name, secs in times.items()}}
+    path.write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
 
 
 def run(args: argparse.Namespace, notebooks: Sequence[Path] | None = None) -> int:
@@ -197,6 +283,15 @@ def run(args: argparse.Namespace, notebooks: Sequence[Path] | None = None) -> in
     if not notebooks:
         print("ledger: no lesson notebooks found in notebooks/: run this from the course root")
         return 1
+    cache = bool(getattr(args, "cache", False))
+    out = cache_paths()[0] if cache else Path(args.out)
+    if cache:
+        import torch
+
+        if torch.cuda.is_available():
+            print("ledger --cache: this machine has CUDA, and the cached ledger is the CPU one: run "
+                  "`torchcontracts record` here, or hide the GPU with CUDA_VISIBLE_DEVICES=''")
+            return 1
     try:
         rows, times = build_ledger(notebooks, progress=not args.quiet,
                                    cell_timeout=getattr(args, "cell_timeout", CELL_TIMEOUT))
@@ -206,14 +301,16 @@ def run(args: argparse.Namespace, notebooks: Sequence[Path] | None = None) -> in
     except Exception as err:  # a failing lesson: say which, in one line
         print(f"ledger: a lesson failed to run: {type(err).__name__}: {str(err).strip().splitlines()[-1][:200]}")
         return 1
-    with open(args.out, "w", newline="", encoding="utf-8") as fh:
+    with open(out, "w", newline="", encoding="utf-8") as fh:
         writer = csv.DictWriter(fh, fieldnames=COLUMNS)
         writer.writeheader()
         writer.writerows(rows)
     covered = sum(r["verdict"] != "not covered" for r in rows)
+    if cache:
+        _write_cache_meta(cache_paths()[1], times, covered, getattr(args, "only", None))
     for name, secs in times.items():
         print(f"  {name}: {secs:.1f} s")
-    print(f"ledger: {covered}/{len(rows)} claims covered; wrote {args.out}")
+    print(f"ledger: {covered}/{len(rows)} claims covered; wrote {out}")
     return 0
 
 
