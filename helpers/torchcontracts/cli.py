@@ -1,4 +1,4 @@
-"""The ``torchcontracts`` command: doctor, ledger, labs build/check, grade."""
+"""The ``torchcontracts`` command: doctor, ledger, record, site, labs build/check, grade."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Sequence
 
-__all__ = ["main"]
+__all__ = ["build_parser", "main"]
 
 
 def _doctor(args: argparse.Namespace) -> int:
@@ -19,6 +19,18 @@ def _doctor(args: argparse.Namespace) -> int:
 
 def _ledger(args: argparse.Namespace) -> int:
     from .ledger import run
+
+    return run(args)
+
+
+def _record(args: argparse.Namespace) -> int:
+    from .record import run
+
+    return run(args)
+
+
+def _site(args: argparse.Namespace) -> int:
+    from .site import run
 
     return run(args)
 
@@ -58,6 +70,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["grade"]:  # the grader parses its own options, wherever they stand
         return _grade(argparse.Namespace(rest=argv[1:]))
+    args = build_parser().parse_args(argv)
+    return int(args.func(args))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command's parser, one subparser per tool (tests compare it with each module's own options)."""
     parser = argparse.ArgumentParser(prog="torchcontracts", description="Torch Contracts course tools.")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("doctor", help="check that this machine can run the course (exit 1 if not)")
@@ -69,15 +87,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--cell-timeout", type=float, default=120, metavar="SECONDS",
                    help="seconds one code cell may run (default 120)")
+    p.add_argument("--cache", action="store_true",
+                   help="write the course's cached CPU ledger (the package's data/ledger_cpu.csv and .json) instead of --out")
     p.set_defaults(func=_ledger)
+    p = sub.add_parser("record", help="on a GPU: run every lesson and GPU comparison on CUDA, write the GPU record")
+    p.add_argument("--out", help="where to write the record (default: the package's data/gpu_record.json)")
+    p.add_argument("--only", nargs="*", help="lesson number prefixes (a partial record, marked incomplete)")
+    p.add_argument("--budget", type=float, default=480, metavar="SECONDS",
+                   help="stop starting lessons and comparisons after this long (default 480)")
+    p.add_argument("--cell-timeout", type=float, default=120, metavar="SECONDS", help="seconds one cell may run")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.set_defaults(func=_record)
+    p = sub.add_parser("site", help="build a static HTML site of the course (lessons executed here, labs, ledger)")
+    p.add_argument("out", metavar="OUT", help="the folder to write (created; its old pages are replaced)")
+    p.add_argument("--only", nargs="*", help="lesson number prefixes, e.g. 00 01 (labs of those lessons only)")
+    p.add_argument("--no-labs", action="store_true", help="leave the student labs out")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--cell-timeout", type=float, default=120, metavar="SECONDS", help="seconds one cell may run")
+    p.set_defaults(func=_site)
     p = sub.add_parser("labs", help="build labs/ from solutions/, or check they are in step")
     p.add_argument("action", choices=["build", "check"])
     p.set_defaults(func=_labs)
     p = sub.add_parser("grade", help="grade lab submissions (see `torchcontracts grade --help`)", add_help=False)
     p.add_argument("rest", nargs=argparse.REMAINDER)
     p.set_defaults(func=_grade)
-    args = parser.parse_args(argv)
-    return int(args.func(args))
+    return parser
 
 
 if __name__ == "__main__":  # pragma: no cover
