@@ -108,10 +108,12 @@ class _Counted(Dataset):
         return i
 
 
-def _ahead(**kw) -> tuple[float, int]:
+def _ahead(workers: int = 2, **kw) -> tuple[float, int]:
     ds = _Counted()
-    loader = DataLoader(ds, batch_size=4, num_workers=2, multiprocessing_context=FORK, **kw)
+    loader = DataLoader(ds, batch_size=4, num_workers=workers, multiprocessing_context=FORK if workers else None, **kw)
     with worker_iter(loader):
+        if workers == 0:
+            return ds.fetched.value / 4, loader.prefetch_factor
         last, since = -1, time.monotonic()
         while time.monotonic() - since < 0.25 or last <= 0:
             if ds.fetched.value != last:
@@ -124,13 +126,15 @@ def test_c049_holds_on_torch_and_fails_when_workers_fetch_another_number_ahead()
     ahead, factor = _ahead()
     ahead_4, _ = _ahead(prefetch_factor=4)
     ahead_1, _ = _ahead(prefetch_factor=1)
+    ahead_main, main_factor = _ahead(0)
     real = {"default_factor": factor, "ahead_default": ahead, "ahead_4": ahead_4, "workers": 2,
-            "num_workers_0": DataLoader(_Counted()).prefetch_factor,
+            "num_workers_0": main_factor, "ahead_main": ahead_main,
             "main_error": "prefetch_factor option could only be specified in multiprocessing.let num_workers > 0 ..."}
     assert F["proof_c049"](real) is True
     assert F["proof_c049"]({**real, "ahead_default": ahead_1}) is False  # one batch per worker (measured with 1)
     assert F["proof_c049"]({**real, "ahead_default": 2.0}) is False     # "2" meant 2 in total, not per worker
     assert F["proof_c049"]({**real, "num_workers_0": 2}) is False
+    assert F["proof_c049"]({**real, "ahead_main": 2.0}) is False           # the main process fetching ahead
 
 
 # C048 / C058: persistent_workers ---------------------------------------------------------------
