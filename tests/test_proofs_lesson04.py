@@ -1,0 +1,152 @@
+"""Lesson 04's proof predicates fail on the behaviour the seeds describe and pass on PyTorch's.
+
+Each predicate, and the measuring functions it reads, is loaded from the notebook itself
+(``notebook_functions``), so the test checks the very proof the lesson asserts. The CPU sides are
+measured here (a real matmul, a real worker thread, a real pin_memory error); the CUDA sides are fed
+the numbers a GPU gives and the numbers the seeds' stories would give.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import torch
+
+from conftest import ROOT, notebook_functions
+
+NB = ROOT / "notebooks" / "04_async_and_timing.ipynb"
+F = notebook_functions(NB, "call_then_read", "launch_then_wait", "proof_c139", "proof_c084", "searched",
+                       "proof_c114", "proof_c115", "proof_c047")
+MiB = 1 << 20
+A = torch.randn(768, 768)
+
+
+@pytest.fixture(scope="module")
+def thread_launch():
+    pool = ThreadPoolExecutor(max_workers=1)
+
+    def launch(fn, *args):
+        fut = torch.futures.Future()
+        pool.submit(lambda: fut.set_result(fn(*args)))
+        return fut
+
+    yield launch
+    pool.shutdown(wait=True)
+
+
+def _cpu_c139(op, launcher) -> dict:
+    return {"device": "cpu", **F["call_then_read"](op, A), **F["launch_then_wait"](launcher, A)}
+
+
+# C139: "CUDA ops are asynchronous" -----------------------------------------------------------------
+
+def test_c139_holds_on_this_cpu_and_on_a_gpus_numbers(thread_launch):
+    assert F["proof_c139"](_cpu_c139(lambda x: x @ x, thread_launch)) is True
+    gpu = {"device": "cuda", "launch_s": 3e-5, "kernel_s": 0.02, "syncs": {"x.sum().item()": 1, "y = x + 1": 0}}
+    assert F["proof_c139"](gpu) is True
+
+
+class _Deferred:
+    """An op result whose work happens when it is read: a CPU that behaved like a CUDA stream."""
+
+    def __init__(self, x: torch.Tensor):
+        self.x = x
+
+    def reshape(self, *shape):
+        return (self.x @ self.x).reshape(*shape)
+
+
+def test_c139_fails_on_an_asynchronous_cpu_op(thread_launch):
+    assert F["proof_c139"](_cpu_c139(_Deferred, thread_launch)) is False
+
+
+def test_c139_fails_when_the_launcher_runs_inline():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        facts = _cpu_c139(lambda x: x @ x, torch.jit.fork)  # eager torch.jit.fork: done when it returns
+    assert facts["returned before done"] is False
+    assert F["proof_c139"](facts) is False
+
+
+@pytest.mark.parametrize("seed_side", [
+    {"launch_s": 0.02, "kernel_s": 0.02},                                  # synchronous CUDA: the launch waits
+    {"syncs": {"x.sum().item()": 0, "y = x + 1": 0}},                      # .item() did not wait
+    {"syncs": {"x.sum().item()": 1, "y = x + 1": 1}},                      # everything syncs
+])
+def test_c139_fails_on_synchronous_cuda(seed_side):
+    gpu = {"device": "cuda", "launch_s": 3e-5, "kernel_s": 0.02, "syncs": {"x.sum().item()": 1, "y = x + 1": 0}}
+    assert F["proof_c139"]({**gpu, **seed_side}) is False
+
+
+# C084: "Linux limits pinned memory to 64MB; exceeding raises OSError" -------------------------------
+
+def _cpu_c084() -> dict:
+    try:
+        torch.empty(4, pin_memory=True)
+    except RuntimeError as err:
+        return {"device": "cpu", "error_type": type(err).__name__, "error": f"{type(err).__name__}: {err}"}
+    pytest.skip("this torch can pin memory: the CPU side does not apply")
+
+
+def test_c084_holds_on_this_cpu_and_on_a_gpus_numbers():
+    assert F["proof_c084"](_cpu_c084()) is True
+    gpu = {"device": "cuda", "error": None, "pinned_bytes": 256 * MiB, "all_pinned": True, "host_growth": 256 * MiB}
+    assert F["proof_c084"](gpu) is True
+
+
+@pytest.mark.parametrize("seed_side", [
+    {"error": "OSError: unable to pin memory", "all_pinned": False, "host_growth": 0},  # the seed's 64 MB limit
+    {"pinned_bytes": 32 * MiB, "host_growth": 32 * MiB},                              # never went past 64 MB
+    {"host_growth": 0},                                                                # not torch's pinned memory
+])
+def test_c084_fails_when_pinning_past_64mb_fails_or_is_not_counted(seed_side):
+    gpu = {"device": "cuda", "error": None, "pinned_bytes": 256 * MiB, "all_pinned": True, "host_growth": 256 * MiB}
+    assert F["proof_c084"]({**gpu, **seed_side}) is False
+
+
+def test_c084_cpu_side_fails_on_the_seeds_oserror():
+    assert F["proof_c084"]({"device": "cpu", "error_type": "OSError", "error": "OSError: unable to pin memory"}) is False
+
+
+# C114, C115, C047: cudnn.benchmark ------------------------------------------------------------------
+
+def test_a_search_is_told_from_a_cached_plan_by_its_kernel_count():
+    assert F["searched"](48, 1) is True
+    assert F["searched"](2, 1) is False and F["searched"](1, 1) is False
+
+
+def test_c114_holds_when_each_new_batch_size_is_searched_once():
+    assert F["proof_c114"]([True, False, True, False]) is True
+
+
+@pytest.mark.parametrize("searches", [
+    [True, False, False, False],   # one search per process, whatever the shape
+    [True, True, True, True],      # no cache at all
+    [False, False, False, False],  # the flag does nothing
+])
+def test_c114_fails_when_the_cache_is_not_per_shape(searches):
+    assert F["proof_c114"](searches) is False
+
+
+def test_c115_is_false_as_torch_behaves_and_its_proof_fails_on_the_seeds_story():
+    torch_side = {"warm-up searched": False, "same shape searched": False, "new shape searched": True}
+    assert F["proof_c115"](torch_side) is True
+    seed_side = {"warm-up searched": True, "same shape searched": False, "new shape searched": False}
+    assert F["proof_c115"](seed_side) is False
+    assert F["proof_c115"]({**torch_side, "warm-up searched": True}) is False
+
+
+def test_c047_holds_when_the_search_ran_and_differences_are_rounding():
+    assert F["proof_c047"]({"kernels": [2, 40, 2], "max_abs_diff": 3e-5, "max_abs": 5.0}) is True
+    assert F["proof_c047"]({"kernels": [2, 40, 2], "max_abs_diff": 0.0, "max_abs": 5.0}) is True
+
+
+@pytest.mark.parametrize("seed_side", [
+    {"kernels": [2, 2, 2], "max_abs_diff": 3e-5, "max_abs": 5.0},   # benchmark=True searched nothing
+    {"kernels": [2, 40, 2], "max_abs_diff": 1.0, "max_abs": 5.0},   # not a small difference
+])
+def test_c047_fails_without_a_search_or_with_large_differences(seed_side):
+    assert F["proof_c047"](seed_side) is False
