@@ -209,6 +209,18 @@ def test_a_lab_belongs_to_the_first_lesson_its_prerequisites_name():
     assert site.lab_lesson(lab("# Lab 01, no prerequisites line"), "01") == "01"
 
 
+def test_the_site_never_writes_into_the_course_or_a_foreign_folder(tmp_path):
+    for bad in (ROOT, ROOT / "labs", ROOT.parent):
+        with pytest.raises(SiteError, match="the course or one of its folders"):
+            site.build_site(ROOT, bad, progress=False)
+    foreign = tmp_path / "mine"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("keep me")
+    with pytest.raises(SiteError, match="not empty"):
+        site.build_site(ROOT, foreign, progress=False)
+    assert (foreign / "notes.txt").read_text() == "keep me"
+
+
 def test_a_failing_lesson_stops_the_build_in_one_line(tmp_path):
     root = tmp_path / "course"
     (root / "notebooks").mkdir(parents=True)

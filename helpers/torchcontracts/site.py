@@ -177,6 +177,21 @@ def _index_page(lessons: list[dict[str, str]], rows: list[dict[str, str]], stamp
     return _page("Torch Contracts", body)
 
 
+MARKER = ".torchcontracts-site"  # in OUT: the folder is a site this command built, so its pages may be replaced
+
+
+def _claim_folder(root: Path, out: Path) -> None:
+    """Refuse to write into the course itself or into a folder of something else; mark OUT as a site."""
+    target, course = out.resolve(), root.resolve()
+    if target == course or target in course.parents or course in target.parents and target.name in (
+            "notebooks", "labs", "solutions", "helpers", "tests"):
+        raise SiteError(f"site: {out} is the course or one of its folders: pick a new folder, e.g. site/")
+    if target.exists() and any(target.iterdir()) and not (target / MARKER).exists():
+        raise SiteError(f"site: {out} is not empty and was not made by `torchcontracts site`: pick a new folder")
+    target.mkdir(parents=True, exist_ok=True)
+    (target / MARKER).write_text("built by `torchcontracts site`; rebuilding replaces its pages\n", encoding="utf-8")
+
+
 def build_site(root: Path, out: Path, *, only: Sequence[str] | None = None, labs: bool = True, progress: bool = True,
                cell_timeout: float = 120) -> SiteReport:
     """Execute the lessons and write the site into ``out``; :class:`SiteError` names a lesson that fails."""
@@ -191,6 +206,7 @@ def build_site(root: Path, out: Path, *, only: Sequence[str] | None = None, labs
         lessons = [p for p in lessons if any(p.name.startswith(o) for o in only)]
     if not lessons:
         raise SiteError(f"site: no lessons found in {root / 'notebooks'}: run this from the course root")
+    _claim_folder(root, out)
     for sub in ("lessons", "labs"):
         shutil.rmtree(out / sub, ignore_errors=True)
         (out / sub).mkdir(parents=True, exist_ok=True)
