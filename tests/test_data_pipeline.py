@@ -105,13 +105,25 @@ def test_without_the_recipe_a_generator_made_in_init_repeats_in_every_worker():
     assert not set(_by(d, "torch", 0, 0)) & set(_by(d, "torch", 0, 1))
 
 
-def test_seed_worker_in_the_main_process_seeds_the_global_rngs_and_leaves_other_rng_attributes():
-    torch.manual_seed(11)
-    seed_worker(0)
-    first = (random.random(), np.random.random())
-    torch.manual_seed(11)
-    seed_worker(0)
-    assert (random.random(), np.random.random()) == first
+def test_seed_worker_in_the_main_process_seeds_random_and_numpy_from_torch_initial_seed():
+    states = random.getstate(), np.random.get_state()
+    try:
+        with torch.random.fork_rng():
+            torch.manual_seed(11)
+            seed_worker(0)
+            first = (random.random(), np.random.random())
+            torch.manual_seed(11)
+            seed_worker(0)
+            assert (random.random(), np.random.random()) == first
+    finally:
+        random.setstate(states[0])
+        np.random.set_state(states[1])
+
+
+def test_module_dataset_leaves_the_global_rng_alone():
+    before = torch.random.get_rng_state()
+    a, b = ModuleDataset(seed=3), ModuleDataset(seed=3)
+    assert torch.equal(torch.random.get_rng_state(), before) and torch.equal(a.net.weight, b.net.weight)
 
 
 class _NotANumpyRng(Dataset):

@@ -114,8 +114,8 @@ def _ahead(workers: int = 2, **kw) -> tuple[float, int]:
     with worker_iter(loader):
         if workers == 0:
             return ds.fetched.value / 4, loader.prefetch_factor
-        last, since = -1, time.monotonic()
-        while time.monotonic() - since < 0.25 or last <= 0:
+        last, since, deadline = -1, time.monotonic(), time.monotonic() + 15
+        while (time.monotonic() - since < 0.5 or last <= 0) and time.monotonic() < deadline:
             if ds.fetched.value != last:
                 last, since = ds.fetched.value, time.monotonic()
             time.sleep(0.01)

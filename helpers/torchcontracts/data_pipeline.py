@@ -210,9 +210,10 @@ class ModuleDataset(Dataset):
     """
 
     def __init__(self, n: int = 2, seed: int = 0) -> None:
-        torch.manual_seed(seed)
         self.n = n
-        self.net = torch.nn.Linear(3, 2)
+        with torch.random.fork_rng():  # seeded weights, and the caller's global RNG left as it was
+            torch.manual_seed(seed)
+            self.net = torch.nn.Linear(3, 2)
 
     def __len__(self) -> int:
         return self.n
