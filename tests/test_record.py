@@ -198,3 +198,23 @@ def test_the_cli_and_the_module_offer_the_same_record_options():
 
     sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     assert _options(sub.choices["record"]) == _options(record.add_arguments(argparse.ArgumentParser()))
+
+
+def test_the_command_wires_lessons_comparisons_and_the_file_together(tmp_path, monkeypatch, capsys):
+    """record.run on this CPU with the refusal lifted and the device faked: lesson 00 runs, one fake comparison,
+    and the JSON lands in tmp_path only (never in the package; nothing here is a GPU measurement)."""
+    monkeypatch.setattr(record, "refusal", lambda: None)
+    monkeypatch.setattr(record, "device_info", lambda: {"name": "TEST, not a GPU", "capability": "0.0", "driver": "none",
+                                                       "cuda": "", "memory_gib": 0.0, "count": 0})
+    monkeypatch.setattr(gpu_checks, "REGISTRY", {})
+    monkeypatch.setattr(gpu_checks, "MODULES", ())
+    gpu_checks.comparison("t.fake", lesson="00", what="w")(
+        lambda: gpu_checks.Outcome(True, "ran", {"t.fake_ms": gpu_checks.Measured(2.0, "ms", "nothing real")}))
+    out = tmp_path / "rec.json"
+    args = record.add_arguments(argparse.ArgumentParser()).parse_args(["--out", str(out), "--only", "00", "--quiet"])
+    monkeypatch.chdir(ROOT)
+    assert record.run(args) == 0
+    data = json.loads(out.read_text())
+    assert validate(data) == [] and not data["complete"]  # --only: a partial record
+    assert data["lessons"]["00_start_here.ipynb"]["error"] == "" and data["figures"]["t.fake_ms"]["value"] == 2.0
+    assert "record: TEST, not a GPU" in capsys.readouterr().out

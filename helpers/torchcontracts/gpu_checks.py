@@ -71,10 +71,10 @@ def comparison(name: str, *, lesson: str, what: str) -> Callable[[Callable[[], O
     return register
 
 
-def load_modules(modules: tuple[str, ...] = MODULES) -> list[str]:
-    """Import the lesson modules that register comparisons; return the ones that are not there yet."""
+def load_modules(modules: tuple[str, ...] | None = None) -> list[str]:
+    """Import the lesson modules that register comparisons (default :data:`MODULES`); return those not there yet."""
     missing = []
-    for name in modules:
+    for name in MODULES if modules is None else modules:
         try:
             importlib.import_module(name)
         except ModuleNotFoundError as err:
