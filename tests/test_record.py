@@ -120,6 +120,8 @@ def test_a_lesson_shows_the_recorded_figure_beside_its_own_with_device_and_date(
                     "(capability 9.0), 2000-01-01 [FIXTURE: test data, not a measurement]")
     assert "noisy: rerun" in beside("roofline.hbm_GBps", "noisy: rerun on a quiet machine", "GB/s")
     assert recorded("roofline.no_such_figure") is None
+    assert "the GPU record (FIXTURE GPU" in beside("roofline.no_such_figure", 1.0, "x") and "has no" in \
+        beside("roofline.no_such_figure", 1.0, "x")
 
 
 def test_without_a_record_a_lesson_says_so_instead_of_a_figure(tmp_path, monkeypatch):

@@ -225,8 +225,10 @@ def beside(key: str, here: float | str | None, unit: str, *, here_label: str | N
 
         here_label = "cuda" if torch.cuda.is_available() else "cpu"
     mine = f"{_num(here)} {unit}" if _is_num(here) else str(here if here is not None else "not measured")
-    fig = recorded(key)
+    rec = load_record()
+    fig = rec.figure(key) if rec is not None else None
     theirs = (f"recorded: {fig}" if fig is not None
+              else f"the GPU record ({rec.label}) has no {key!r}" if rec is not None
               else "no GPU record in this copy of the course (`torchcontracts record` on a GPU writes one)")
     return f"{key}: this machine ({here_label}): {mine} | {theirs}"
 
