@@ -294,3 +294,10 @@ def test_t4_a_train_that_does_not_follow_the_recipe_fails(checks):
 
     fails = _failures(checks["t4"], train, hidden=False)
     assert fails and "train_plain does" in fails[0], fails
+
+
+def test_t3_lesson_05s_recipe_passes_lab_05s_checks(checks):
+    """Lesson 05 teaches the recipe (torchcontracts.data_pipeline.seed_worker); lab 05 grades it."""
+    from torchcontracts.data_pipeline import seed_worker
+
+    assert _failures(checks["t3"], seed_worker) == []
