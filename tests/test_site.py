@@ -165,7 +165,8 @@ def test_the_pages_render_with_outputs_and_pictures_and_no_errors(built):
     for stem in LESSONS:
         p = found[f"lessons/{stem}.html"]
         assert p["outputs"] >= 5 and p["images"] >= 1 and p["broken"] == 0, (stem, {k: v for k, v in p.items() if k != "text"})
-        assert "Traceback" not in p["text"] and not re.search(r"\b\w+Error\b", p["stderr"]), (stem, p["stderr"][:300])
+        assert "Traceback (most recent call last)" not in p["text"] and "-" * 75 not in p["stderr"], stem
+        assert not re.search(r"\b\w+Error\b", p["stderr"]), (stem, p["stderr"][:300])
         assert "VERDICT" in p["text"] or stem == "00_start_here"
     lesson01 = found["lessons/01_tensor_contracts.html"]
     assert lesson01["widgets"] >= 1 and lesson01["widgetImages"] >= 1, "the stride explorer shows its last picture"
