@@ -259,6 +259,7 @@ RUNNERS = {"pt2": _run_pt2, "onnx": _run_onnx, "state_dict": _run_state_dict}
 def run_job(d: Path, uid: int, mem: int) -> None:
     """Limits and uid first, then the job; always leaves a result.json (unless the artefact ends the process)."""
     _limit(mem, uid)
+    os.chdir(d)  # relative paths inside an artefact resolve to its own folder, the only one it can see
     result: dict[str, Any] = {"error": "", "info": {}, "outputs": [], "errors": []}
     try:
         job = json.loads((d / "job.json").read_text(encoding="utf-8"))

@@ -201,8 +201,10 @@ def export_fixed(fn: Callable[..., Any], case: Case) -> dict[str, Any]:
     try:
         program = torch.export.export(out.eval(), (example,))
     except Exception as err:  # noqa: BLE001 - the learner's model, reported in one line
-        first = (str(err).strip().splitlines() or [""])[0][:150]
-        raise RuntimeError(f"torch.export.export(model, (x,)) failed: {type(err).__name__}: {first}") from None
+        first = (str(err).strip().splitlines() or [""])[0][:120]
+        hint = (" (a Python branch on a tensor's value: use torch.cond or torch.where)"
+                if "DataDependent" in type(err).__name__ or "data-dependent" in first else "")
+        raise RuntimeError(f"torch.export.export(model, (x,)) failed{hint}: {type(err).__name__}: {first}") from None
     with torch.no_grad():
         example_out = program.module()(example)
     return {"pt2": pt2_bytes(program), "example_out": example_out.detach()}
@@ -319,9 +321,18 @@ def judge_exportable(case: Case, out: Any) -> list[Comparison]:
 
 
 def _guard_hint(err: str) -> str:
-    if "Guard failed" in err or "to be equal to" in err or "shape" in err:
-        return " (the batch size is fixed: export with dynamic_shapes and a Dim for dimension 0, with no max below 17)"
+    if "Guard failed" in err or "to be equal to" in err or "shape" in err or "invalid dimensions" in err:
+        return "the batch size is fixed (export with dynamic_shapes and a Dim for dimension 0, no max below 17)"
     return ""
+
+
+def _with_hints(rows: list[Comparison]) -> list[Comparison]:
+    """Rows whose run failed on a fixed batch size say so first."""
+    out = []
+    for r in rows:
+        hint = "" if r.ok or "running it failed" not in r.status else _guard_hint(r.status)
+        out.append(Comparison.plain(r.name, False, f"{hint}; {r.status}"[:240]) if hint else r)
+    return out
 
 
 def judge_dynamic(case: Case, out: Any) -> list[Comparison]:
@@ -331,16 +342,14 @@ def judge_dynamic(case: Case, out: Any) -> list[Comparison]:
         return _no_blob("pt2", out)
     state, example, inputs = case.args
     ref = make_classifier(state).eval()
-    rows = [_example_row(out, ref(example).detach())]
     got, ev = artefact_rows("pt2", blob, inputs, ref, ("logits",))
-    rows += [r if r.ok or "running it failed" not in r.status else
-             Comparison.plain(r.name, False, r.status[:200] + _guard_hint(r.status)) for r in got]
     info = ev.info if isinstance(ev.info, dict) else {}
-    if info.get("training_ops"):
+    rows = []
+    if info.get("training_ops"):  # first: it explains the value rows below
         rows.append(Comparison.plain("mode", False, "exported in training mode (dropout / batch norm with "
                                      "train=True): call model.eval() before torch.export.export",
-                                     got=", ".join(map(str, info["training_ops"]))[:60]))
-    return rows
+                                     expected="eval mode", got=", ".join(map(str, info["training_ops"]))[:60]))
+    return rows + [_example_row(out, ref(example).detach())] + _with_hints(got)
 
 
 def judge_onnx(case: Case, out: Any) -> list[Comparison]:
@@ -356,7 +365,7 @@ def judge_onnx(case: Case, out: Any) -> list[Comparison]:
         rows.append(Comparison.plain("opset", opset >= 18, "18 or later" if opset >= 18 else
                                      "below 18: export with the dynamo exporter at opset_version=18 or later",
                                      expected=">= 18", got=opset))
-    return rows + got
+    return rows + _with_hints(got)
 
 
 def judge_quantized(case: Case, out: Any) -> list[Comparison]:
