@@ -206,3 +206,38 @@ def test_a_state_dict_with_a_pickled_object_is_refused_by_weights_only():
     torch.save({"0.weight": Payload()}, buf)
     ev = evaluate("state_dict", buf.getvalue(), [torch.randn(2, 64)], arch={"mlp": [64, 10]})
     assert "weights_only=True" in ev.problem, ev.problem
+
+
+# --- end to end: the grader scores the file, not what the learner's kernel says about it ------------
+
+IMPOSTOR_T3 = '''
+def export_onnx(model, example):
+    """Exports *another* upsampler (its own weights) and writes a parity claim into the file."""
+    from torchcontracts.labchecks.lab06_deployment import make_upsampler
+    program = torch.onnx.export(make_upsampler(seed=4242), (example,), dynamo=True, verbose=False,
+                                dynamic_shapes={"x": {0: Dim("batch")}})
+    program.model_proto.doc_string = "parity: max |diff| 0.0 at every batch size"
+    return program
+'''
+
+
+def test_the_grader_scores_zero_for_an_onnx_file_from_another_model(tmp_path):
+    import nbformat
+
+    from torchcontracts.grading.run import GradeOptions, grade_file
+    from torchcontracts.labbuild import reference_submission
+    from torchcontracts.labformat import cell_meta
+
+    root = Path(L.__file__).resolve().parents[3]
+    nb = reference_submission(root, "lab06_deployment")
+    for cell in nb.cells:
+        if cell_meta(cell).get("task") == "t3" and cell_meta(cell).get("role") == "solution":
+            cell.source = IMPOSTOR_T3
+    path = tmp_path / "impostor.ipynb"
+    nbformat.write(nb, path)
+    mode = "bwrap" if artefacts.isolation() == "bwrap" else "none"
+    result = grade_file(path, GradeOptions(course=root, lab="lab06_deployment", cell_timeout=60, sandbox=mode))
+    scores = {t.id: t.score for t in result.tasks}
+    assert scores["t3"] == 0 and scores["t1"] == 4 and scores["t4"] == 3, [(t.id, t.score, t.reason) for t in result.tasks]
+    t3 = next(t for t in result.tasks if t.id == "t3")
+    assert "values differ" in t3.reason, t3.reason

@@ -11,6 +11,8 @@ Modules, one job each:
   driver     - runs in the kernel: calls the learner's functions, seals the answers
   watch      - runs in the kernel: fingerprints of the code the checks rely on
   judge      - judges sealed answers in the grader's own process
+  artefacts  - judges exported files (.pt2, .onnx, state_dict bytes) by running them in a separate sandbox
+  artefact_runner - runs inside that sandbox: loads one artefact, runs it on the grader's inputs
   run        - grade one submission: the order of steps, the scores
   results    - the options of a run and what it produces (results of submissions, tasks, checks)
   report     - terminal, JSON, Gradescope and gradebook output

@@ -10,7 +10,10 @@ separate process with a timeout:
 
 * with bubblewrap (wherever ``sandbox.bwrap_path()`` works, whatever ``--sandbox`` the kernels use): no
   network, its own pid namespace, a read-only system and Python, none of the course's ``solutions/`` or
-  ``.git``, no grader file, and only its folder writable; as root, a uid of its own (``ARTEFACT_UID``);
+  ``.git``, no grader file, and only its folder writable. As root, every job gets a uid of its own
+  (from ``ARTEFACT_UID``), and jobs are forked from one sandboxed fork server that imported torch,
+  onnxruntime and torchao once (about 0.1-1 s a job instead of a fresh interpreter's 2-5 s); the server
+  kills whatever a job leaves running under its uid before the next one starts;
 * without it (macOS, Windows, a container without user namespaces): a plain subprocess with the same
   limits, in an empty folder, with a clean environment. That is what a learner's notebook uses for its
   public checks on its own files; a grader there is in ``none`` mode anyway (README, "The sandbox").
