@@ -1,0 +1,208 @@
+"""Lesson 09's proof predicates pass on what torch does and fail on the behaviour the seed describes.
+
+The predicates (and the small functions that turn measurements into facts) are loaded from the
+notebook itself. The real side runs the lesson's own ``experiments.py`` (assembled from its
+``%%writefile`` cells) with torchrun once, the deprecated launcher once, and reads the installed
+torch's source; the seed side feeds the same predicates what the seed's world would measure.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import re
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from conftest import ROOT, notebook_functions, read
+from torchcontracts.dist_tools import launch, leftover_processes, write_script
+
+NB = ROOT / "notebooks" / "09_distributed.ipynb"
+
+
+def _without_cell_magics(path: Path) -> Path:
+    """A copy of the notebook without its ``%%writefile`` cells, which ``conftest.course_imports`` cannot parse."""
+    import tempfile
+
+    import nbformat
+
+    nb = read(path)
+    nb.cells = [c for c in nb.cells if not (c.cell_type == "code" and c.source.startswith("%%"))]
+    out = Path(tempfile.mkdtemp(prefix="nb09-")) / path.name
+    nbformat.write(nb, out)
+    return out
+
+
+F = notebook_functions(_without_cell_magics(NB), "one_backward", "overlap_facts", "proof_c017", "proof_c062", "proof_c063", "buffer_facts",
+                       "proof_c064", "dataparallel_facts", "proof_c141", "launcher_facts", "proof_c142",
+                       "nccl_env_facts", "proof_c121")
+TORCH_DIR = Path(torch.__file__).parent
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux") or not dist.is_gloo_available(),
+                                reason="the lesson's scripts need Linux and gloo")
+
+
+def _script(name: str) -> str:
+    """The lesson's script ``name``, from its ``%%writefile`` (and ``%%writefile -a``) cells, in order."""
+    parts = []
+    for cell in read(NB).cells:
+        first, _, body = cell.source.partition("\n")
+        if cell.cell_type == "code" and re.fullmatch(rf"%%writefile (-a )?\{{WORK\}}/{re.escape(name)}", first.strip()):
+            parts.append(body)
+    assert parts, f"the lesson writes no {name}"
+    return "\n".join(parts)
+
+
+@pytest.fixture(scope="module")
+def experiments(tmp_path_factory) -> dict:
+    """What the lesson's experiments.py measures on two ranks (one torchrun launch for every test here)."""
+    folder = tmp_path_factory.mktemp("lesson09")
+    run = launch(write_script(_script("experiments.py"), folder, "experiments.py"), nproc=2, timeout=300).check()
+    assert leftover_processes() == []
+    return run.results
+
+
+# --- C017: all-reduce happens after backward, decoupled from autograd ----------------------------------
+
+def test_c017_holds_on_the_measured_timeline(experiments):
+    for rank, res in experiments.items():
+        facts = F["overlap_facts"](F["one_backward"](res["timeline"], 2))
+        assert F["proof_c017"](facts) is True, (rank, facts)
+
+
+def _seed_timeline(events: list) -> list:
+    """The same events, reordered the seed's way: every all-reduce after the last gradient."""
+    grads = [e for e in events if e[0] == "grad"]
+    comms = [e for e in events if e[0] in ("launch", "done")]
+    return [events[0], *grads, *comms, events[-1]]
+
+
+def test_c017_fails_when_every_all_reduce_comes_after_the_last_gradient(experiments):
+    events = F["one_backward"](experiments[0]["timeline"], 2)
+    assert F["proof_c017"](F["overlap_facts"](_seed_timeline(events))) is False
+
+
+def test_c017_fails_with_a_single_bucket(experiments):
+    first = F["overlap_facts"](F["one_backward"](experiments[0]["timeline"], 0))  # iteration 0: one bucket
+    assert first["buckets"] == 1 and F["proof_c017"](first) is False
+
+
+# --- C062: find_unused_parameters --------------------------------------------------------------------
+
+def _unused(experiments) -> dict:
+    default = inspect.signature(nn.parallel.DistributedDataParallel).parameters["find_unused_parameters"].default
+    return {"default value": default, **experiments[0]["unused"]}
+
+
+def test_c062_holds_on_ddp(experiments):
+    assert F["proof_c062"](_unused(experiments)) is True
+
+
+@pytest.mark.parametrize("seed_side", [
+    {"static_graph=True": "iteration 1's forward raised: Expected to have finished reduction"},   # "errors unless True"
+    {"default, b frozen": "iteration 1's forward raised: Expected to have finished reduction"},
+    {"default": "3 iterations ran"},                                                               # no error at all
+    {"default value": True},
+])
+def test_c062_fails_in_the_seeds_world(experiments, seed_side):
+    assert F["proof_c062"]({**_unused(experiments), **seed_side}) is False
+
+
+# --- C063: gradient_as_bucket_view --------------------------------------------------------------------
+
+def test_c063_holds_on_ddp(experiments):
+    for res in experiments.values():
+        assert F["proof_c063"](res["views"], False) is True
+
+
+def test_c063_fails_when_the_flag_makes_no_views_or_saves_nothing(experiments):
+    views = copy.deepcopy(experiments[0]["views"])
+    no_alias = {**views, True: dict(views[False])}                          # True behaves like False
+    assert F["proof_c063"](no_alias, False) is False
+    assert F["proof_c063"](views, True) is False                           # a default of True
+    saves_nothing = {**views, True: {**views[True], "grads + buckets bytes": views[False]["grads + buckets bytes"]}}
+    assert F["proof_c063"](saves_nothing, False) is False
+
+
+# --- C064: broadcast_buffers ----------------------------------------------------------------------------
+
+def test_c064_holds_on_ddp(experiments):
+    assert F["proof_c064"](F["buffer_facts"](experiments)) is True
+
+
+def test_c064_fails_if_turning_syncing_off_kept_the_ranks_in_step(experiments):
+    seed = copy.deepcopy(experiments)
+    seed[1]["buffers"][False]["running_mean at forward 2"] = seed[0]["buffers"][False]["running_mean at forward 2"]
+    assert F["proof_c064"](F["buffer_facts"](seed)) is False
+    averaged = copy.deepcopy(experiments)  # "syncing" that averaged: rank 0 would not see its own running mean
+    mean = (averaged[0]["buffers"][True]["running_mean at forward 2"] + averaged[1]["buffers"][False]["running_mean at forward 2"]) / 2
+    for r in (0, 1):
+        averaged[r]["buffers"][True]["running_mean at forward 2"] = mean
+    assert F["proof_c064"](F["buffer_facts"](averaged)) is False
+
+
+# --- C141: DataParallel ---------------------------------------------------------------------------------
+
+def test_c141_holds_on_torch_dataparallel():
+    facts = F["dataparallel_facts"](inspect.getsource(nn.DataParallel), nn.DataParallel(nn.Linear(2, 2)).device_ids)
+    assert F["proof_c141"](facts) is True
+
+
+def test_c141_fails_on_a_balanced_dataparallel_the_docs_do_not_discourage():
+    source = inspect.getsource(nn.DataParallel)
+    balanced = source.replace("self.gather(outputs, self.output_device)", "outputs  # left on each device")
+    silent = re.sub(r"It is recommended to use :class:`~torch.nn.parallel.DistributedDataParallel`", "", source)
+    for fake in (balanced, silent):
+        assert F["proof_c141"](F["dataparallel_facts"](fake, [])) is False
+
+
+# --- C142: torch.distributed.launch ----------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def launchers(tmp_path_factory):
+    script = write_script(_script("legacy.py"), tmp_path_factory.mktemp("legacy"), "legacy.py")
+    return launch(script, nproc=1, module="torch.distributed.launch", timeout=180), launch(script, nproc=1, timeout=180)
+
+
+def test_c142_holds_on_the_installed_launchers(launchers):
+    old, new = launchers
+    assert F["proof_c142"](F["launcher_facts"](old, [new])) is True
+
+
+def test_c142_fails_if_launch_were_a_current_launcher(launchers):
+    old, new = launchers
+    facts = F["launcher_facts"](old, [new])
+    assert F["proof_c142"]({**facts, "launch says: deprecated, use torchrun": False}) is False
+    assert F["proof_c142"]({**facts, "torchrun passed --local-rank": True}) is False
+    quiet = copy.copy(old)
+    quiet.agent_log = "\n".join(l for l in old.agent_log.splitlines() if "deprecated" not in l and "torchrun" not in l)
+    assert F["proof_c142"](F["launcher_facts"](quiet, [new])) is False
+
+
+# --- C121: NCCL_ASYNC_ERROR_HANDLING and NCCL_TIMEOUT ------------------------------------------------------
+
+def test_c121_holds_on_the_installed_torch_source():
+    hang = TimeoutError("rank 1 never reached the collective that rank 0 waited in: Timed out waiting 3000ms")
+    facts = F["nccl_env_facts"](TORCH_DIR, hang)
+    assert facts["renamed"]["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == ["NCCL_ASYNC_ERROR_HANDLING"]
+    assert F["proof_c121"](facts) is True
+
+
+@pytest.mark.parametrize("seed_side", [
+    {"old name is an alias of": None},                               # NCCL_ASYNC_ERROR_HANDLING still the real name
+    {"files reading NCCL_TIMEOUT": ["distributed/c10d.py"]},          # a NCCL_TIMEOUT that torch reads
+    {"a hung gloo collective ended at the timeout": False},           # "hangs forever"
+    {"the alias warns": ""},
+])
+def test_c121_fails_in_the_seeds_world(seed_side):
+    hang = TimeoutError("Timed out waiting 3000ms")
+    assert F["proof_c121"]({**F["nccl_env_facts"](TORCH_DIR, hang), **seed_side}) is False
+
+
+def test_c121_fails_when_no_hung_collective_ended():
+    assert F["proof_c121"](F["nccl_env_facts"](TORCH_DIR, None)) is False
