@@ -37,6 +37,7 @@ CPU_ARRAY_MAX = 256 * MiB
 CPU_GEMM_N = 1536  # 7.2 GFLOP per call: near the peak on 2 cores, 70 ms at 100 GFLOP/s
 CUDA_ARRAY_BYTES = 1 << 30
 CUDA_GEMM_N = 8192
+SETTLE_S = 0.25  # idle pause between two libraries' blocks, so neither one's spinning threads remain
 BF16_PROBE_N = 128  # without bf16 units torch falls back to a scalar loop: probe small, never as a ceiling
 
 
@@ -69,7 +70,7 @@ class Ceilings:
     device: str
     threads: int
     bandwidth: float  # bytes/s of a triad a = b + s*c: 2 reads + 1 write per element
-    flops: dict[str, float]  # FLOP/s of a large GEMM, by dtype name ("float32", "bfloat16")
+    flops: dict[str, float]  # FLOP/s of a large GEMM by dtype name ("float32", "bfloat16"); fp32: torch's or NumPy's, the faster
     checks: dict[str, tuple[float, float]] = dataclasses.field(default_factory=dict)  # name -> (torch, numpy)
     sizes: dict[str, int] = dataclasses.field(default_factory=dict)
     noisy: str = ""
@@ -137,16 +138,22 @@ class Kernel:
 # -- measuring -----------------------------------------------------------------------------------
 
 def _best(*fns: Callable[[], Any], repeats: int) -> list[float]:
-    """Fastest of ``repeats`` timed calls of each fn after one warm-up (contention and page faults only
-    add time). The fns take turns, so a cross-check and the figure it checks see the same machine."""
+    """Fastest of ``repeats`` timed calls of each fn after one warm-up (contention and page faults only add time).
+
+    Each fn gets its own block after a pause: interleaved, one library's worker threads still spin after
+    its call and take the cores from the other's (OpenBLAS beside torch's OpenMP pool halved torch's GEMM).
+    """
+    best = []
     for fn in fns:
+        if len(fns) > 1:
+            time.sleep(SETTLE_S)
         fn()
-    best = [math.inf] * len(fns)
-    for _ in range(repeats):
-        for i, fn in enumerate(fns):
+        fastest = math.inf
+        for _ in range(repeats):
             t0 = time.perf_counter()
             fn()
-            best[i] = min(best[i], time.perf_counter() - t0)
+            fastest = min(fastest, time.perf_counter() - t0)
+        best.append(fastest)
     return best
 
 
@@ -199,7 +206,8 @@ def measure_ceilings(device: str | None = None, *, array_bytes: int | None = Non
 
     CPU: a triad over three arrays of ``array_bytes`` (default 4x the last-level cache, 64-256 MiB),
     fp32 GEMM of ``gemm_n`` (and bf16 where the CPU has bf16 units), and, with ``numpy_check``,
-    NumPy's copy and GEMM beside torch's, like for like (copy on one thread: NumPy's is single-threaded).
+    NumPy's copy and GEMM beside torch's, like for like (copy on one thread: NumPy's is single-threaded);
+    the fp32 roof is then the faster GEMM of the two, since the roof is the hardware's, not one library's.
     CUDA (``device="cuda"``): the same triad, plus fp32 and bf16 GEMMs, timed with CUDA events.
     """
     dev = device or "cpu"
@@ -222,7 +230,10 @@ def measure_ceilings(device: str | None = None, *, array_bytes: int | None = Non
         checks["copy, 1 thread (GB/s)"] = (2 * size / copies[0] / 1e9, 2 * size / copies[1] / 1e9)
         gemms = _best(lambda: x @ y, lambda: xn @ yn, repeats=repeats)
         checks["fp32 GEMM (GFLOP/s)"] = (2 * n**3 / gemms[0] / 1e9, 2 * n**3 / gemms[1] / 1e9)
-        flops = {"float32": 2 * n**3 / gemms[0]}
+        flops = {"float32": 2 * n**3 / min(gemms)}  # the roof is what this hardware demonstrably reaches
+        if gemms[0] > gemms[1]:
+            notes.append(f"fp32 roof from NumPy's BLAS ({2 * n**3 / gemms[1] / 1e9:.3g} GFLOP/s), faster here than torch's "
+                         f"GEMM ({2 * n**3 / gemms[0] / 1e9:.3g}): torch's kernels can reach at most that roof")
     else:
         flops = {"float32": _gemm_rate(n, torch.float32, "cpu", repeats)}
     if bf16_native():
