@@ -14,12 +14,14 @@ import html
 import re
 from typing import Any
 
+from .labformat import BEGIN_HIDDEN, BEGIN_SOLUTION, END_HIDDEN, END_SOLUTION
+
 __all__ = ["FORBIDDEN_MARKERS", "SiteError", "WIDGET_NOTE", "error_outputs", "guard", "static_widgets", "strip_noise",
            "to_html"]
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
-FORBIDDEN_MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION", "### BEGIN HIDDEN CHECKS", "### END HIDDEN CHECKS")
+FORBIDDEN_MARKERS = (BEGIN_SOLUTION, END_SOLUTION, BEGIN_HIDDEN, END_HIDDEN)  # the lab format's own markers
 WIDGET_NOTE = "interactive widget, shown in its last state: run the notebook to use it"
 _NOISE = re.compile(r"^USDT:.*SyncActivityProfilerHandler\.cpp:\d+\] profiler_(start|stop)\n?", re.M)
 _BOXES = {"VBoxModel": "column", "BoxModel": "column", "GridBoxModel": "row", "HBoxModel": "row",
