@@ -10,6 +10,19 @@ Modules, one concern each:
   graph    - draw a live backward graph with matplotlib only (lesson 02)
   alloc    - a model of the CUDA caching allocator; alloc_viz draws it (lesson 03)
   memory   - saved-activation meter and other CPU memory measurements (lesson 03)
+  roofline - measure this machine's bandwidth and FLOP/s ceilings, place kernels on them (lesson 04)
+  workloads - workloads of known cost for judging benchmarks (lab 04)
+  data_pipeline - importable datasets, worker meters and the seeding recipe (lesson 05, lab 05)
+  throughput - loader throughput by epoch, judged for contention, with its plots (lesson 05)
+  training - checkpoint round trips, RNG scrambling and fresh-process runs (lesson 06, lab 05)
+  compile_tools - count graphs, breaks and recompiles; read guards and generated code (lesson 07)
+  deploy   - quiet exports, fresh-process snippets, what a pickle refers to (lesson 08)
+  dist_tools - torchrun launches with free ports, per-rank logs, nothing left behind (lesson 09)
+  rank_runner - forked gloo groups whose ranks fail in one line (lesson 09, lab 07)
+  record   - `torchcontracts record` on a GPU, and recorded figures shown beside a CPU's (lesson 10)
+  gpu_checks - the registry of GPU comparisons that `record` runs
+  site, site_render - `torchcontracts site`: the course as static HTML
+  exercises - the lessons' ungraded "Try it" checkers
   labchecks - each lab's tasks and public checks (hidden checks live in solutions/)
   labbuild - generate labs/ from solutions/
   grade*   - the grader: rebuild, run in a sandboxed kernel, judge outside it
