@@ -99,3 +99,17 @@ def notebook_functions(path: Path, *names: str) -> dict:
     missing = sorted(set(names) - set(found))
     assert not missing, f"{path.name} defines no {missing}"
     return found
+
+
+@pytest.fixture
+def no_dataloader_worker_left():
+    """After the test, no DataLoader worker process (``pt_data_worker``) is alive: a leak fails the test."""
+    import time
+
+    from torchcontracts.data_pipeline import dataloader_workers
+
+    yield
+    deadline = time.monotonic() + 5
+    while dataloader_workers() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert dataloader_workers() == [], "a DataLoader worker outlived its test"

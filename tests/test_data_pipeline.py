@@ -23,13 +23,7 @@ from torchcontracts.throughput import EpochTimes, plot_stages, plot_throughput, 
 from torchcontracts.timing import Timing
 
 
-@pytest.fixture(autouse=True)
-def no_worker_outlives_a_test():
-    yield
-    deadline = time.monotonic() + 5
-    while dataloader_workers() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert dataloader_workers() == [], "a DataLoader worker outlived its test"
+pytestmark = pytest.mark.usefixtures("no_dataloader_worker_left")  # conftest: fails a test that leaks one
 
 
 def _loader(ds, **kw):

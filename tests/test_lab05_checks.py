@@ -128,7 +128,7 @@ def _amp(model, opt, scaler, x, y, max_norm, *, autocast=True, unscale=True, cli
     ({"zero": False}, "parameters differ"),
     ({"via_scaler": False}, "at an overflow step the parameters must not change"),
     ({"flag": "step() is not False"}, "scaler.step returns None either way"),
-    ({"update": False}, "scale should halve"),
+    ({"update": False}, "call scaler.update()"),
 ])
 def test_t2_wrong_answers_fail_for_the_right_reason(options, reason, checks):
     def amp_step(model, opt, scaler, x, y, max_norm):

@@ -55,3 +55,23 @@ def test_a_stale_user_kernelspec_cannot_hijack_the_ledger(tmp_path, monkeypatch)
     nbformat.write(nb, path)
     execute_notebook(path, cell_timeout=60)
     assert out.read_text() == sys.executable
+
+
+def test_executing_a_notebook_leaves_no_kernel_running(tmp_path):
+    """nbclient shuts down only a kernel manager it made; the ledger passes its own, so it must stop the kernel."""
+    import time
+
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    from torchcontracts.dist_tools import live_children
+    from torchcontracts.ledger import execute_notebook
+
+    before = set(live_children())
+    path = tmp_path / "probe.ipynb"
+    nbformat.write(new_notebook(cells=[new_code_cell("x = 1")]), path)
+    execute_notebook(path, cell_timeout=60)
+    deadline = time.monotonic() + 5
+    while set(live_children()) - before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert set(live_children()) - before == set(), "the lesson's kernel outlived execute_notebook"

@@ -90,3 +90,14 @@ def test_live_tensor_bytes_sees_activations_kept_by_a_hook_closure():
     grown = live_tensor_bytes(exclude=[model, x])[1] - base
     handle.remove()
     assert grown >= 3 * 32 * 64 * 4
+
+
+def test_live_tensor_bytes_skips_fake_tensors_that_compile_and_export_leave_alive():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        fake = torch.empty(1000)   # no data pointer: asking for one raises
+    base = live_tensor_bytes()[1]
+    real = torch.zeros(250_000)
+    assert live_tensor_bytes()[1] - base == 1_000_000 and fake.shape == (1000,)
+    del real

@@ -27,13 +27,7 @@ F = notebook_functions(NB, "proof_c042", "proof_c049", "proof_c048", "proof_c058
 FORK = "fork"
 
 
-@pytest.fixture(autouse=True)
-def no_worker_outlives_a_test():
-    yield
-    deadline = time.monotonic() + 5
-    while dataloader_workers() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert dataloader_workers() == [], "a DataLoader worker outlived its test"
+pytestmark = pytest.mark.usefixtures("no_dataloader_worker_left")  # conftest: fails a test that leaks one
 
 
 def _fork(ds, **kw):

@@ -6,24 +6,17 @@ function that raises inside a worker ends its workers (the autouse fixture looks
 
 from __future__ import annotations
 
-import time
 
 import numpy as np
 import pytest
 import torch
 from torch.utils.data import get_worker_info
 
-from torchcontracts.data_pipeline import dataloader_workers, seed_worker
+from torchcontracts.data_pipeline import seed_worker
 from torchcontracts.exercises.lesson05 import EXERCISES
 
 
-@pytest.fixture(autouse=True)
-def no_worker_outlives_a_test():
-    yield
-    deadline = time.monotonic() + 5
-    while dataloader_workers() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert dataloader_workers() == [], "a DataLoader worker outlived its test"
+pytestmark = pytest.mark.usefixtures("no_dataloader_worker_left")  # conftest: fails a test that leaks one
 
 
 def _ok(ex_id: str, fn) -> tuple[bool, str]:

@@ -37,11 +37,14 @@ def average_gradients(model, world_size):
         p.grad /= world_size
 
 
+_BEFORE = set(live_children())  # children other test modules in this worker may own
+
+
 def test_references_pass():
     for ex_id, fn in (("09.1", after_collectives), ("09.2", average_gradients)):
         ok, reason = _ok(ex_id, fn)
         assert ok, f"{ex_id}: {reason}"
-    assert live_children() == []
+    assert set(live_children()) <= _BEFORE  # nothing forked by the check is left
 
 
 def _replace(**parts):
@@ -86,7 +89,7 @@ def _max(model, world_size):
 def test_gradient_averaging_wrong_answers_fail(fn, words):
     ok, reason = _ok("09.2", fn)
     assert not ok and words in reason and "\n" not in reason, reason
-    assert live_children() == []
+    assert set(live_children()) <= _BEFORE  # nothing forked by the check is left
 
 
 def test_a_stub_gets_a_nudge_not_a_traceback(capsys):

@@ -100,6 +100,18 @@ def replay(trace: Iterable[Op] | str, config: Config | None = None) -> list[Step
     return steps
 
 
+def _apply_cuda(op: Sequence[Any], live: dict[str, torch.Tensor]) -> None:
+    """Run one trace op on the real CUDA caching allocator (``live`` holds the trace's tensors by name)."""
+    if op[0] == "alloc":
+        live[op[1]] = torch.empty(parse_size(op[2]), dtype=torch.uint8, device="cuda")
+    elif op[0] == "free":
+        del live[op[1]]
+    elif op[0] == "reset_peak":
+        torch.cuda.reset_peak_memory_stats()
+    else:
+        torch.cuda.empty_cache()
+
+
 def replay_cuda(trace: Iterable[Op] | str) -> list[tuple[int, int]]:
     """Run the same trace on the real CUDA allocator: (allocated, reserved) after each op.
 
@@ -111,14 +123,7 @@ def replay_cuda(trace: Iterable[Op] | str) -> list[tuple[int, int]]:
     live: dict[str, torch.Tensor] = {}
     out = []
     for op in ops:
-        if op[0] == "alloc":
-            live[op[1]] = torch.empty(parse_size(op[2]), dtype=torch.uint8, device="cuda")
-        elif op[0] == "free":
-            del live[op[1]]
-        elif op[0] == "reset_peak":
-            torch.cuda.reset_peak_memory_stats()
-        else:
-            torch.cuda.empty_cache()
+        _apply_cuda(op, live)
         out.append((torch.cuda.memory_allocated(), torch.cuda.memory_reserved()))
     return out
 
@@ -190,14 +195,7 @@ def report_cuda(trace: Iterable[Op] | str, capacity: int | None = None, history:
     try:
         for op in ops:
             try:
-                if op[0] == "alloc":
-                    live[op[1]] = torch.empty(parse_size(op[2]), dtype=torch.uint8, device="cuda")
-                elif op[0] == "free":
-                    del live[op[1]]
-                elif op[0] == "reset_peak":
-                    torch.cuda.reset_peak_memory_stats()
-                else:
-                    torch.cuda.empty_cache()
+                _apply_cuda(op, live)
             except torch.OutOfMemoryError as err:
                 oom = str(err)
             st = dict(torch.cuda.memory_stats())

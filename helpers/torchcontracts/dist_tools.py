@@ -224,7 +224,7 @@ def launch_nodes(script: str | Path, *args: Any, nnodes: int = 2, nproc_per_node
     script = Path(script)
     if not script.exists():
         raise FileNotFoundError(f"no script at {script}: write it first (dist_tools.write_script)")
-    token = secrets.token_hex(6)
+    token = f"{os.getpid()}-{secrets.token_hex(6)}"  # who launched it, so checks never see others' runs
     base = Path(tempfile.mkdtemp(prefix="tc09-run-"))
     t0 = time.monotonic()
     deadline = t0 + timeout
@@ -254,9 +254,11 @@ def launch_nodes(script: str | Path, *args: Any, nnodes: int = 2, nproc_per_node
 
 
 def leftover_processes(token: str | None = None) -> list[int]:
-    """Pids of live processes started by ``launch`` (all launches, or the one with ``token``); Linux only.
+    """Pids of live processes started by ``launch`` in this process (or by the launch ``token``); Linux only.
 
-    A process is ours when its environment carries ``TORCHCONTRACTS_DIST_RUN``; zombies do not count.
+    A process is ours when its environment carries ``TORCHCONTRACTS_DIST_RUN`` with a token this process made
+    (tokens start with the launching pid), so launches by another notebook or test worker never count;
+    zombies do not count either.
     """
     if not os.path.isdir("/proc"):
         return []
@@ -272,7 +274,8 @@ def leftover_processes(token: str | None = None) -> list[int]:
         except (OSError, IndexError):
             continue
         mine = [e for e in env if e.startswith(MARK.encode() + b"=")]
-        if state not in (b"Z", b"X") and mine and (token is None or mine[0] == f"{MARK}={token}".encode()):
+        wanted = f"{MARK}={token}".encode() if token else f"{MARK}={os.getpid()}-".encode()
+        if state not in (b"Z", b"X") and mine and (mine[0] == wanted if token else mine[0].startswith(wanted)):
             found.append(int(pid))
     return sorted(found)
 

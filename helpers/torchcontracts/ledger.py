@@ -118,7 +118,8 @@ def execute(nb: Any, name: str, *, cwd: Path, cell_timeout: float = CELL_TIMEOUT
             on_cell(cell_index, done[0])
 
     start = time.perf_counter()
-    client = NotebookClient(nb, timeout=max(1, int(cell_timeout + 0.999)), km=this_python_kernel(),
+    km = this_python_kernel()
+    client = NotebookClient(nb, timeout=max(1, int(cell_timeout + 0.999)), km=km,
                             resources={"metadata": {"path": str(cwd)}},
                             on_cell_execute=cell_started, on_cell_executed=cell_executed)
     try:
@@ -128,7 +129,20 @@ def execute(nb: Any, name: str, *, cwd: Path, cell_timeout: float = CELL_TIMEOUT
     except CellTimeoutError:
         i = started.get("index", 0)
         raise CellTimeout(path.name, i + 1, nb.cells[i].source, cell_timeout) from None
+    finally:
+        _shut_down(km)  # nbclient shuts down only a kernel manager it made itself; this one is ours
     return time.perf_counter() - start
+
+
+def _shut_down(km: AsyncKernelManager) -> None:
+    """Stop the kernel (and its process) that ``km`` started, if it still runs; never raises."""
+    from jupyter_core.utils import run_sync
+
+    try:
+        if km.has_kernel:
+            run_sync(km.shutdown_kernel)(now=True)
+    except Exception:  # a kernel that died already leaves nothing to stop
+        pass
 
 
 @dataclasses.dataclass

@@ -25,6 +25,21 @@ def storage_key(t: torch.Tensor) -> int:
     return t.untyped_storage().data_ptr()
 
 
+def _has_memory(t: torch.Tensor) -> bool:
+    """Whether ``t`` owns real bytes: not meta, sparse, or a tracing stand-in (FakeTensor, FunctionalTensor).
+
+    torch.compile and torch.export leave fake tensors alive in a process for a while; they have no data
+    pointer, and asking for one raises.
+    """
+    if t.is_meta or t.layout != torch.strided:
+        return False
+    try:
+        t.untyped_storage().data_ptr()
+    except RuntimeError:
+        return False
+    return True
+
+
 def tensor_bytes(t: torch.Tensor) -> int:
     """Bytes of the whole storage behind ``t``: a small view of a big tensor costs the big tensor."""
     if t.is_meta or t.layout != torch.strided:
@@ -125,6 +140,8 @@ def held_bytes(obj: Any, exclude: Iterable[Any] = ()) -> int:
         seen.add(id(item))
         if isinstance(item, torch.Tensor):
             for t in (item, *graph_saved_tensors(item)):
+                if not _has_memory(t):
+                    continue
                 key = storage_key(t)
                 if key not in skip and not isinstance(t, nn.Parameter):
                     counted[key] = tensor_bytes(t)
@@ -144,7 +161,7 @@ def live_tensor_bytes(exclude: Iterable[Any] = ()) -> tuple[int, int]:
         if not issubclass(type(obj), torch.Tensor):  # type(), not isinstance: lazy modules warn on isinstance
             continue
         for t in (obj, *graph_saved_tensors(obj)):
-            if t.is_meta or t.layout != torch.strided:
+            if not _has_memory(t):
                 continue
             key = storage_key(t)
             if key not in skip:

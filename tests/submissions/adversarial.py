@@ -438,6 +438,9 @@ HUGE = "*t1 row-major strides: shape (2, 3, 4): the answer is too large to judge
 BLOCKED = Expect({t: (0.0, "tampering detected: tried to read the course's solutions/ (blocked)") for t in TASKS})
 
 
+TIMER_TAMPER = "tampering detected: a signal handler or timer was set while the grader's checks ran"
+
+
 def _all_zero(answers: dict[str, str], reason: str) -> tuple[nbformat.NotebookNode, Expect]:
     return notebook(answers), Expect({t: (0.0, reason) for t in TASKS}, (reason,))
 
@@ -450,10 +453,11 @@ def _solved(lab: str) -> nbformat.NotebookNode:
 
 
 def matches(want: tuple[float, str], got: tuple[float, str]) -> bool:
-    """A task's (score, reason) as expected; a reason starting with '*' is a prefix."""
+    """A task's (score, reason) as expected; a reason starting with '*' is a prefix; ' || ' separates
+    reasons that are equally right (the score must still be exact)."""
     if want[0] != got[0]:
         return False
-    return got[1].startswith(want[1][1:]) if want[1].startswith("*") else got[1] == want[1]
+    return any(got[1].startswith(w[1:]) if w.startswith("*") else got[1] == w for w in want[1].split(" || "))
 
 
 def cases() -> dict[str, tuple[nbformat.NotebookNode | str, Expect]]:
@@ -549,8 +553,10 @@ def cases() -> dict[str, tuple[nbformat.NotebookNode | str, Expect]]:
             {t: (0.0, f"wrong lab: this is the notebook of lab02_autograd, expected {LAB}") for t in TASKS})),
         "package_tagger": (notebook({"t3": PACKAGE_TAGGER}), Expect(_full(t3=(0.0, T3_WRONG)))),
         "copyreg_reducer": (notebook({"t3": COPYREG_REDUCER}), Expect(_full(t3=(0.0, T3_WRONG)))),
-        "timer_handler": _all_zero({"t1": WRONG_T1 + "\n" + TIMER_HANDLER},
-                                   "tampering detected: a signal handler or timer was set while the grader's checks ran"),
+        # A SIGALRM every 50 us: on a loaded machine the storm can end the kernel (cleanly, exit code 0) before
+        # the driver's seal sees the handler. Either way every task scores 0.
+        "timer_handler": (notebook({"t1": WRONG_T1 + "\n" + TIMER_HANDLER}), Expect(
+            {t: (0.0, f"{TIMER_TAMPER} || not graded: the kernel exited with code 0 in the t1 cell") for t in TASKS})),
         "leak_by_class_name": (notebook({"t1": LEAK_HIDDEN, **_with("t2", LEAK_BY_CLASS_NAME_WRAPPER)}), Expect(_full(
             t2=(round(POINTS["t2"] * (CHECKS["t2"] - 1) / CHECKS["t2"], 4), "hidden check 1 of t2: failed (raised an exception)")))),
         "thread_under_library_name": (notebook({"t1": WRONG_T1, **_with("t2", THREAD_UNDER_LIBRARY_NAME)}), Expect(

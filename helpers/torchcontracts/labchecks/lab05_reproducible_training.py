@@ -202,7 +202,13 @@ def run_amp(fn: Callable[..., Any], case: Case) -> dict[str, Any]:
     try:
         for x, y in zip(xs, ys):
             dtypes.append("|")
-            got = fn(model, opt, scaler, x, y, max_norm)
+            try:
+                got = fn(model, opt, scaler, x, y, max_norm)
+            except RuntimeError as err:  # torch's words for a missing update(), with what to do about it
+                if "after step()" not in str(err):
+                    raise
+                raise RuntimeError("GradScaler: unscale_() ran after step() without scaler.update() in between: "
+                                   "call scaler.update() once after scaler.step(opt), every step") from None
             stepped.append(got if isinstance(got, bool) else None)
             scales.append(float(scaler.get_scale()))
             params.append(torch.cat([p.detach().reshape(-1) for p in model.parameters()]))
