@@ -37,14 +37,18 @@ def average_gradients(model, world_size):
         p.grad /= world_size
 
 
-_BEFORE = set(live_children())  # children other test modules in this worker may own
+@pytest.fixture(autouse=True)
+def nothing_forked_is_left():
+    """Every gloo worker a check forks is gone after the test (children other modules own don't count)."""
+    before = set(live_children())
+    yield
+    assert set(live_children()) - before == set(), "a forked rank outlived its check"
 
 
 def test_references_pass():
     for ex_id, fn in (("09.1", after_collectives), ("09.2", average_gradients)):
         ok, reason = _ok(ex_id, fn)
         assert ok, f"{ex_id}: {reason}"
-    assert set(live_children()) <= _BEFORE  # nothing forked by the check is left
 
 
 def _replace(**parts):
@@ -89,7 +93,6 @@ def _max(model, world_size):
 def test_gradient_averaging_wrong_answers_fail(fn, words):
     ok, reason = _ok("09.2", fn)
     assert not ok and words in reason and "\n" not in reason, reason
-    assert set(live_children()) <= _BEFORE  # nothing forked by the check is left
 
 
 def test_a_stub_gets_a_nudge_not_a_traceback(capsys):
