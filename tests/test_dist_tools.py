@@ -72,6 +72,26 @@ def test_multi_node_launch_meets_at_the_port_free_port_picked(monkeypatch, tmp_p
     _nothing_alive()
 
 
+def test_each_node_is_cleaned_up_by_its_own_token(monkeypatch, tmp_path):
+    """Cleaning up after the first node to finish must never reach the other node's processes: with one token
+    for both agents, node 0's cleanup SIGKILLed node 1's agent while it was still shutting down (seen as
+    'torchrun exited with code -9' in about 1 run in 4 under load)."""
+    script = write_script("""
+        import os
+        from torchcontracts.dist_tools import save_result
+        save_result({"token": os.environ["TORCHCONTRACTS_DIST_RUN"]})
+    """, tmp_path, "which_node.py")
+    killed: list[str] = []
+    real = dist_tools._kill_all
+    monkeypatch.setattr(dist_tools, "_kill_all", lambda proc, token: killed.append(token) or real(proc, token))
+    runs = launch_nodes(script, nnodes=2, nproc_per_node=1, timeout=120)
+    assert all(r.ok for r in runs), [r.reason() for r in runs]
+    tokens = [v["token"] for r in runs for v in r.results.values()]
+    assert len(set(tokens)) == 2, tokens                           # each node's processes carry their own token
+    assert killed and set(killed) <= set(tokens) and killed[0] == runs[0].results[0]["token"]
+    _nothing_alive()
+
+
 FIXED_PORT = re.compile(r"(MASTER_PORT\W+\d{2,5}|master[-_]port\W+\d{2,5}|rdzv[-_]endpoint\W+[\w.]+:\d{2,5}|"
                         r"tcp://[\w.]+:\d{2,5}|127\.0\.0\.1:\d{2,5}|localhost:\d{2,5})", re.I)
 

@@ -237,9 +237,16 @@ def _outputs_text(cell: Any) -> str:
 
 @pytest.fixture(scope="module")
 def executed(lab, tmp_path_factory) -> Any:
+    from jupyter_core.utils import run_sync
+
     nb = read(ROOT / "labs" / f"{lab}.ipynb")
-    NotebookClient(nb, timeout=300, km=this_python_kernel(), allow_errors=True,
-                   resources={"metadata": {"path": str(tmp_path_factory.mktemp(lab))}}).execute()
+    km = this_python_kernel()
+    try:
+        NotebookClient(nb, timeout=300, km=km, allow_errors=True,
+                       resources={"metadata": {"path": str(tmp_path_factory.mktemp(lab))}}).execute()
+    finally:  # nbclient stops only a kernel manager it made itself
+        if km.has_kernel:
+            run_sync(km.shutdown_kernel)(now=True)
     return nb
 
 

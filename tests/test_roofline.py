@@ -26,13 +26,25 @@ def measured() -> Ceilings:
     return measure_ceilings(array_bytes=64 << 20, gemm_n=1024, repeats=3)
 
 
+def _outside(c: Ceilings) -> list[str]:
+    return [f"{name}: torch/NumPy = {r:.2f} ({c.checks[name]})" for name, r in c.ratios().items() if not 0.5 <= r <= 2.0]
+
+
 def test_measured_ceilings_are_within_2x_of_numpy_on_this_machine(measured):
-    ratios = measured.ratios()
-    assert set(ratios) == {"copy, 1 thread (GB/s)", "fp32 GEMM (GFLOP/s)"}
-    for name, r in ratios.items():
-        assert 0.5 <= r <= 2.0, f"{name}: torch/NumPy = {r:.2f} ({measured.checks[name]}); {measured.noisy}"
+    assert set(measured.ratios()) == {"copy, 1 thread (GB/s)", "fp32 GEMM (GFLOP/s)"}
     assert measured.bandwidth > 1e9 and measured.peak > 1e9
     assert measured.sizes == {"array_bytes": 64 << 20, "gemm_n": 1024}
+    # Contention (another test process on the other core) skews torch's and NumPy's figures differently, so a
+    # ratio measured while the helper itself reports contention proves nothing either way: measure again, up to
+    # three times. Any clean measurement outside 2x fails; one inside passes; only contention every time skips.
+    tries = [measured]
+    while _outside(tries[-1]) and tries[-1].noisy and len(tries) < 4:
+        time.sleep(1.0)
+        tries.append(measure_ceilings(array_bytes=64 << 20, gemm_n=1024, repeats=3))
+    last = tries[-1]
+    if _outside(last) and last.noisy:
+        pytest.skip(f"contended in {len(tries)} measurements ({last.noisy}); last: {'; '.join(_outside(last))}")
+    assert not _outside(last), "; ".join(_outside(last))
 
 
 def test_bf16_is_a_ceiling_only_where_the_cpu_has_bf16_units(measured):

@@ -240,16 +240,18 @@ def launch_nodes(script: str | Path, *args: Any, nnodes: int = 2, nproc_per_node
                 rdzv = ["--nnodes", str(nnodes), "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}",
                         "--rdzv-id", token]
             cmd = _torchrun(module, rdzv, nproc_per_node, logs, script, [str(a) for a in args], extra)
-            started.append((cmd, _start(cmd, _env(token, results, env)), logs, results))
+            # each agent ("node") gets a token of its own: cleaning up after the first node to finish must not
+            # kill the second one while it is still shutting down (that read as "torchrun exited with code -9")
+            started.append((cmd, _start(cmd, _env(f"{token}.{node}", results, env)), logs, results))
         done = []
-        for cmd, proc, logs, results in started:
-            out, timed_out = _finish(proc, deadline, token)
-            done.append(_collect(cmd, proc, out, timed_out, t0, logs, results, token))
+        for node, (cmd, proc, logs, results) in enumerate(started):
+            out, timed_out = _finish(proc, deadline, f"{token}.{node}")
+            done.append(_collect(cmd, proc, out, timed_out, t0, logs, results, f"{token}.{node}"))
         return done
     finally:
-        for _cmd, proc, _logs, _results in started:  # an exception (Ctrl-C) between two agents' waits
-            if proc.poll() is None or leftover_processes(token):
-                _kill_all(proc, token)
+        for node, (_cmd, proc, _logs, _results) in enumerate(started):  # an exception (Ctrl-C) between waits
+            if proc.poll() is None or leftover_processes(f"{token}.{node}"):
+                _kill_all(proc, f"{token}.{node}")
                 proc.wait()
 
 

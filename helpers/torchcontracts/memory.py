@@ -33,11 +33,19 @@ def _has_memory(t: torch.Tensor) -> bool:
     """
     if t.is_meta or t.layout != torch.strided:
         return False
+    if type(t) not in (torch.Tensor, nn.Parameter) and _is_fake(t):
+        return False
     try:
         t.untyped_storage().data_ptr()
-    except RuntimeError:
+    except RuntimeError:  # a FunctionalTensor, or a FakeTensor from another torch's fake mode
         return False
     return True
+
+
+def _is_fake(t: torch.Tensor) -> bool:
+    from torch._subclasses.fake_tensor import FakeTensor  # private; imported only when a subclass shows up
+
+    return isinstance(t, FakeTensor)
 
 
 def tensor_bytes(t: torch.Tensor) -> int:

@@ -438,9 +438,6 @@ HUGE = "*t1 row-major strides: shape (2, 3, 4): the answer is too large to judge
 BLOCKED = Expect({t: (0.0, "tampering detected: tried to read the course's solutions/ (blocked)") for t in TASKS})
 
 
-TIMER_TAMPER = "tampering detected: a signal handler or timer was set while the grader's checks ran"
-
-
 def _all_zero(answers: dict[str, str], reason: str) -> tuple[nbformat.NotebookNode, Expect]:
     return notebook(answers), Expect({t: (0.0, reason) for t in TASKS}, (reason,))
 
@@ -553,10 +550,10 @@ def cases() -> dict[str, tuple[nbformat.NotebookNode | str, Expect]]:
             {t: (0.0, f"wrong lab: this is the notebook of lab02_autograd, expected {LAB}") for t in TASKS})),
         "package_tagger": (notebook({"t3": PACKAGE_TAGGER}), Expect(_full(t3=(0.0, T3_WRONG)))),
         "copyreg_reducer": (notebook({"t3": COPYREG_REDUCER}), Expect(_full(t3=(0.0, T3_WRONG)))),
-        # A SIGALRM every 50 us: on a loaded machine the storm can end the kernel (cleanly, exit code 0) before
-        # the driver's seal sees the handler. Either way every task scores 0.
+        # A SIGALRM every 50 us: the seal reports the handler (its wording depends on what the storm disturbed
+        # first), or on a loaded machine the storm ends the kernel (cleanly, exit code 0). Every task scores 0.
         "timer_handler": (notebook({"t1": WRONG_T1 + "\n" + TIMER_HANDLER}), Expect(
-            {t: (0.0, f"{TIMER_TAMPER} || not graded: the kernel exited with code 0 in the t1 cell") for t in TASKS})),
+            {t: (0.0, "*tampering detected: || not graded: the kernel exited with code 0 in the t1 cell") for t in TASKS})),
         "leak_by_class_name": (notebook({"t1": LEAK_HIDDEN, **_with("t2", LEAK_BY_CLASS_NAME_WRAPPER)}), Expect(_full(
             t2=(round(POINTS["t2"] * (CHECKS["t2"] - 1) / CHECKS["t2"], 4), "hidden check 1 of t2: failed (raised an exception)")))),
         "thread_under_library_name": (notebook({"t1": WRONG_T1, **_with("t2", THREAD_UNDER_LIBRARY_NAME)}), Expect(
