@@ -107,6 +107,20 @@ def test_c084_fails_when_pinning_past_64mb_fails_or_is_not_counted(seed_side):
     assert F["proof_c084"]({**gpu, **seed_side}) is False
 
 
+@pytest.mark.parametrize("message", [
+    "RuntimeError: pin_memory=True requires a CUDA or other accelerator backend; no pinned memory allocator "
+    "is available on this system.",                                                        # the CPU wheel (2.13)
+    "RuntimeError: Found no NVIDIA driver on your system. Please check that you have an NVIDIA GPU",  # CUDA wheel
+])
+def test_c084_cpu_side_holds_on_either_builds_no_device_error(message):
+    assert F["proof_c084"]({"device": "cpu", "error_type": "RuntimeError", "error": message}) is True
+
+
+def test_c084_cpu_side_fails_on_a_runtime_error_about_size():
+    error = "RuntimeError: unable to pin memory: the 64 MB limit was exceeded"
+    assert F["proof_c084"]({"device": "cpu", "error_type": "RuntimeError", "error": error}) is False
+
+
 def test_c084_cpu_side_fails_on_the_seeds_oserror():
     assert F["proof_c084"]({"device": "cpu", "error_type": "OSError", "error": "OSError: unable to pin memory"}) is False
 

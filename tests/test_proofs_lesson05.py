@@ -22,7 +22,7 @@ from torchcontracts.data_pipeline import DrawDataset, ModuleDataset, close_worke
 
 NB = ROOT / "notebooks" / "05_data_pipeline.ipynb"
 F = notebook_functions(NB, "proof_c042", "proof_c049", "proof_c048", "proof_c058", "proof_c094", "proof_c023",
-                       "proof_c093", "proof_c090", "proof_c092", "proof_c091", "proof_c117", "proof_c118", "proof_c095",
+                       "proof_c093", "proof_c090", "proof_c092", "proof_c091", "proof_c091_no_gpu", "proof_c117", "proof_c118", "proof_c095",
                        "seeding_demo", "per_worker", "seed_article_init", "my_seed_worker", "stand_in_accelerator")
 FORK = "fork"
 
@@ -272,6 +272,31 @@ def test_c091_holds_on_the_fork_rule_and_fails_if_workers_cannot_run_cuda_at_all
     assert F["proof_c091"]({"fork_error": msg, "spawn_ok": False}) is False    # the seed: no worker can run .cuda()
     assert F["proof_c091"]({"fork_error": "", "spawn_ok": True}) is False      # fork after CUDA init worked
     assert F["proof_c091"]({"fork_error": "CUDA out of memory", "spawn_ok": True}) is False
+
+
+
+NO_GPU = {"message": "Cannot re-initialize CUDA in forked subprocess. To use CUDA with multiprocessing, you must use "
+                     "the 'spawn' start method", "order ok": True}
+CPU_WORKER = {"cuda build": False, "bad fork": False, "error": "AssertionError: Torch not compiled with CUDA enabled"}
+CUDA_WORKER = {"cuda build": True, "bad fork": True,
+               "error": "RuntimeError: Cannot re-initialize CUDA in forked subprocess. To use CUDA with multiprocessing, "
+                        "you must use the 'spawn' start method"}
+
+
+@pytest.mark.parametrize("worker", [CPU_WORKER, CUDA_WORKER], ids=["cpu wheel", "cuda wheel without a gpu"])
+def test_c091_without_a_gpu_holds_on_what_each_build_really_does(worker):
+    assert F["proof_c091_no_gpu"]({**NO_GPU, **worker}) is True
+
+
+@pytest.mark.parametrize("worker, change", [
+    (CPU_WORKER, {"bad fork": True}),                                           # a CPU build that poisoned forks
+    (CUDA_WORKER, {"bad fork": False, "error": "RuntimeError: Found no NVIDIA driver on your system"}),  # no poison
+    (CUDA_WORKER, {"error": "RuntimeError: DataLoader worker cannot run CUDA"}),  # the seed's blanket rule
+    (CPU_WORKER, {"message": ""}),                                              # the rule is not in the source
+    (CPU_WORKER, {"order ok": False}),
+], ids=["cpu-poisoned", "cuda-unpoisoned", "seed-blanket-rule", "no-rule-in-source", "checks-out-of-order"])
+def test_c091_without_a_gpu_fails_when_the_worker_stops_elsewhere(worker, change):
+    assert F["proof_c091_no_gpu"]({**NO_GPU, **worker, **change}) is False
 
 
 # C117 / C118: seeding ------------------------------------------------------------------------
