@@ -16,7 +16,7 @@ import importlib
 from pathlib import Path
 from typing import Any
 
-import nbformat
+from torchcontracts.nbio import nbformat
 
 from .check import LabSpec
 from .labformat import (BEGIN_HIDDEN, BEGIN_SOLUTION, END_HIDDEN, END_SOLUTION, IMPORTS_LAB, META, ROLE_HIDDEN,

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-import nbformat
+from torchcontracts.nbio import nbformat
 
 from .site_render import SiteError, error_outputs, guard, static_widgets, strip_noise, to_html
 

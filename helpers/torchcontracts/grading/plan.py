@@ -14,7 +14,7 @@ import importlib
 import re
 from pathlib import Path
 
-import nbformat
+from torchcontracts.nbio import nbformat
 
 from ..check import Check, LabSpec
 from ..labbuild import build_lab

@@ -11,7 +11,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
-import nbformat
+from torchcontracts.nbio import nbformat
 
 from ..labformat import cell_meta, notebook_lab
 
