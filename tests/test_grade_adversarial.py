@@ -1,4 +1,5 @@
-"""The grader is not fooled: every adversarial submission gets its exact score and reason, in both sandbox modes.
+"""The grader is not fooled: every adversarial submission gets its exact score and reason, in both sandbox modes
+(the none batch leaves out the attacks on defences shared by both modes when the bwrap batch runs them).
 
 All submissions go through ONE `torchcontracts grade DIR -j 2` run per mode (the expensive part:
 one kernel per submission), then each test asserts its own row. The grader runs with a canary
@@ -26,6 +27,23 @@ NAMES = sorted(cases())
 CANARY = "tc-canary-3f9a1c77e2"
 MODES = [pytest.param("bwrap", marks=pytest.mark.skipif(bwrap_path() is None, reason="bubblewrap is not installed")),
          "none"]
+# Attacks on defences that are the same code in both sandbox modes: tamper detection inside the kernel, the
+# serialization of answers, the judge's own inputs, the notebook's shape. Where bubblewrap is installed the bwrap
+# batch grades them and the none batch leaves them out (a third of its kernels); without it, the none batch is
+# the only one and grades every case. Whatever reaches outside the kernel (files, processes, signals, the
+# environment, time and memory limits) is graded in both modes.
+SAME_DEFENCE_IN_BOTH_MODES = frozenset({
+    "tamper_allclose", "tamper_assert_close", "tamper_check_module", "tamper_data_ptr", "tamper_isinstance",
+    "code_swap", "copyreg_reducer", "serialization_swap", "set_storage_view", "package_tagger",
+    "leak_by_class_name", "huge_answer", "checks_edited_deleted", "renamed_and_deleted",
+})
+
+
+def graded_in(mode: str) -> list[str]:
+    """The cases a batch in this mode grades."""
+    if mode == "none" and bwrap_path() is not None:
+        return [n for n in NAMES if n not in SAME_DEFENCE_IN_BOTH_MODES]
+    return NAMES
 
 
 def _sha(path: Path) -> str:
@@ -39,6 +57,9 @@ def batch(request, tmp_path_factory):
     base = tmp_path_factory.mktemp(f"grade-{mode}")
     subs = base / "subs"
     expected = build(subs)
+    for name in set(NAMES) - set(graded_in(mode)):
+        (subs / f"{name}.ipynb").unlink()
+        del expected[f"{name}.ipynb"]
     hashes = {p.name: _sha(p) for p in subs.iterdir()}
     out = base / "gradebook.csv"
     proc = subprocess.run(
@@ -55,6 +76,8 @@ def batch(request, tmp_path_factory):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_submission_gets_its_exact_score_and_reason(batch, name):
+    if name not in graded_in(batch["mode"]):
+        pytest.skip("same defence in both modes: graded in the bwrap batch")
     expect = batch["expected"][f"{name}.ipynb"].in_mode(batch["mode"])
     got = batch["results"][f"{name}.ipynb"]
     scored = {t["id"]: (t["score"], t["reason"]) for t in got["tasks"]}
@@ -71,7 +94,7 @@ def test_gradebook_has_one_row_per_submission_with_task_columns_total_and_proble
     book = pd.read_csv(batch["gradebook"])
     assert list(book.columns[:8]) == ["submission", "lab", *TASKS, "total"]
     assert "problems" in book.columns
-    assert sorted(book["submission"]) == sorted(f"{n}.ipynb" for n in NAMES)
+    assert sorted(book["submission"]) == sorted(f"{n}.ipynb" for n in graded_in(batch["mode"]))
     row = book.set_index("submission").loc["partial.ipynb"]
     assert (row["t1"], row["t3"], row["total"]) == (2.0, 1.0, 5.0)  # t3: one of its three checks passes
     assert "tampering detected: torch.equal replaced" in book.set_index("submission").loc["tamper_equal.ipynb", "problems"]

@@ -29,7 +29,9 @@ def _c119_real() -> dict:
 
 
 def test_c119_holds_on_torch():
-    assert F["proof_c119"](_c119_real()) is True
+    observed = _c119_real()
+    assert F["proof_c119"](observed) is True, {case: {k: v for k, v in facts.items() if k != "ops per graph"}
+                                                 for case, facts in observed.items()}
 
 
 def test_c119_fails_when_the_break_drops_the_whole_function_to_eager():
