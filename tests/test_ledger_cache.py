@@ -5,9 +5,8 @@ The lessons' verdicts are read statically from their `tc.verdict("Cxxx", "...")`
 verdict by device (`if tc.cuda_or_skip(...): verdict(..., "false") else: verdict(..., "gpu-only")`, or
 `"false" if on_gpu else "gpu-only"`) offers two; the CPU ledger must hold the one its CPU path asserts.
 
-The one-lesson-per-claim test skips while a lesson 01-09 is missing. The 124/124 coverage test also skips
-while the cache predates a lesson (lessons 04-09 are being written); `TC_LEDGER_STRICT=1` makes it fail
-instead. `TC_LEDGER_RERUN=1` also reruns the ledger and requires it to agree exactly with the cache (minutes).
+The one-lesson-per-claim test skips while a lesson 01-09 is missing. The 124/124 coverage test fails when the
+cache predates a lesson or misses a claim. `TC_LEDGER_RERUN=1` also reruns the ledger and requires it to agree exactly with the cache (minutes).
 """
 
 from __future__ import annotations
@@ -198,15 +197,11 @@ def test_every_claim_is_proved_by_exactly_one_lesson():
 
 
 def test_the_cached_ledger_covers_all_124_claims():
-    """Skips while the cache predates some lessons (they are still being written); TC_LEDGER_STRICT=1 forbids that."""
+    """Every lesson is in the cache, and every claim has a verdict there."""
     lessons = sorted(p.name for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
     not_cached = [name for name in lessons if name not in cached_meta()["seconds"]]
     rows = cached_rows()
     not_covered = sorted(cid for cid, r in rows.items() if r["verdict"] == "not covered")
-    if (not_cached or _missing_lessons()) and os.environ.get("TC_LEDGER_STRICT", "") in ("", "0"):
-        pytest.skip(f"the cached ledger covers {len(rows) - len(not_covered)}/{len(rows)} claims: it was made before "
-                    f"{', '.join(not_cached) or 'every lesson existed'}; once lessons 04-09 are final, run "
-                    "`torchcontracts ledger --cache` (or set TC_LEDGER_STRICT=1 to fail here)")
     assert not not_cached, f"the cached ledger never ran {not_cached}: run `torchcontracts ledger --cache`"
     assert not not_covered, f"the cached ledger has no verdict for {not_covered}: run `torchcontracts ledger --cache`"
 
