@@ -134,7 +134,9 @@ def test_t1_wrong_answers_fail_for_the_right_reason(wrong, reason, checks):
 
 def t1_forger(rank, world_size, model, x, y, n_global):
     """No process group: look for the global batch in this process's memory, else use the shard."""
-    found = [o for o in gc.get_objects() if isinstance(o, torch.Tensor) and o.dim() == 2 and o.shape[0] == n_global]
+    # type(), not isinstance(): isinstance dereferences a weakref.proxy, and a dead one raises ReferenceError
+    found = [o for o in gc.get_objects()
+             if issubclass(type(o), torch.Tensor) and o.dim() == 2 and o.shape[0] == n_global]
     xs = [t for t in found if t.shape[1] == x.shape[1]]
     ys = [t for t in found if t.shape[1] == y.shape[1]]
     if xs and ys:

@@ -293,7 +293,11 @@ READ_BY_GIT = '''def contiguous_strides(shape):
 READ_AFTER_GC = '''def contiguous_strides(shape):
     import gc, json, pathlib, torchcontracts
     for obj in gc.get_objects():   # empty the audit hook's own state (its closure cells), then read
-        if callable(obj) and getattr(obj, "__name__", "") == "hook" and getattr(obj, "__closure__", None):
+        try:   # a dead weakref.proxy raises ReferenceError on getattr
+            is_hook = callable(obj) and getattr(obj, "__name__", "") == "hook" and getattr(obj, "__closure__", None)
+        except ReferenceError:
+            continue
+        if is_hook:
             for cell in obj.__closure__:
                 try:
                     if isinstance(cell.cell_contents, (set, frozenset)):
@@ -551,9 +555,10 @@ def cases() -> dict[str, tuple[nbformat.NotebookNode | str, Expect]]:
         "package_tagger": (notebook({"t3": PACKAGE_TAGGER}), Expect(_full(t3=(0.0, T3_WRONG)))),
         "copyreg_reducer": (notebook({"t3": COPYREG_REDUCER}), Expect(_full(t3=(0.0, T3_WRONG)))),
         # A SIGALRM every 50 us: the seal reports the handler (its wording depends on what the storm disturbed
-        # first), or on a loaded machine the storm ends the kernel (cleanly, exit code 0). Every task scores 0.
+        # first), or on a loaded machine the storm ends the kernel (cleanly, exit code 0) in the t1 cell or in its checks.
+        # Every task scores 0.
         "timer_handler": (notebook({"t1": WRONG_T1 + "\n" + TIMER_HANDLER}), Expect(
-            {t: (0.0, "*tampering detected: || not graded: the kernel exited with code 0 in the t1 cell") for t in TASKS})),
+            {t: (0.0, "*tampering detected: || *not graded: the kernel exited with code 0 in the t1 ") for t in TASKS})),
         "leak_by_class_name": (notebook({"t1": LEAK_HIDDEN, **_with("t2", LEAK_BY_CLASS_NAME_WRAPPER)}), Expect(_full(
             t2=(round(POINTS["t2"] * (CHECKS["t2"] - 1) / CHECKS["t2"], 4), "hidden check 1 of t2: failed (raised an exception)")))),
         "thread_under_library_name": (notebook({"t1": WRONG_T1, **_with("t2", THREAD_UNDER_LIBRARY_NAME)}), Expect(
