@@ -9,7 +9,8 @@ plain tensors: what the function reported *and* what the workloads saw (calls, s
 Judges check structure and ratios, never absolute speed: there must be a warm-up and the calls must
 add up, the median must not be below the known cost (the clock stopped before the work was done),
 the fastest sample must be per call, and two workloads' fastest samples must keep their known ratio
-(a forged constant fails). Fastest, because on a shared machine contention only ever adds time.
+(a forged constant fails). Fastest, because on a shared machine contention only ever adds time; and a
+record that fails is measured once more on fresh workloads, since preemption can hit every sample.
 
 t2 ``intensity(op, shapes, dtype, stride, padding)`` is judged against ``FlopCounterMode`` and
 meta tensors; t3 ``place(kernels, ceilings)`` against ``torchcontracts.roofline``.
@@ -68,7 +69,18 @@ def _record(result: Any) -> tuple[torch.Tensor, torch.Tensor, str]:
 
 
 def run_bench(fn: Callable[..., Any], case: Case) -> dict[str, Any]:
-    """Call driver: time two workloads of known cost with ``fn``; return its reports and what the workloads saw."""
+    """Call driver: time two workloads of known cost with ``fn``; return its reports and what the workloads saw.
+
+    A record that fails the judge gets one more attempt on fresh workloads, under ``retry``: a right bench can
+    lose every sample to preemption on a busy machine, a wrong one fails both attempts the same way. (The judge
+    run here only decides whether to retry; the grader judges the returned bytes itself.)"""
+    record = _bench_attempt(fn, case)
+    if not all(r.ok for r in _judge_attempt(case, record)):
+        record["retry"] = _bench_attempt(fn, case)
+    return record
+
+
+def _bench_attempt(fn: Callable[..., Any], case: Case) -> dict[str, Any]:
     kind, costs, first = case.args
     stats, times, problems, calls, syncs, wrong, wall, truth = [], [], [], [], [], [], [], []
     for cost in costs:
@@ -162,7 +174,19 @@ def _bench_rows(label: str, kind: str, first: float, cost: float, stats: Any, ti
 
 
 def judge_bench(case: Case, out: Any) -> list[Comparison]:
-    """t1: each workload's report is a right benchmark of it, and the two medians keep their known ratio."""
+    """t1: each workload's report is a right benchmark of it, and the two medians keep their known ratio.
+
+    The first attempt's rows, unless it failed and the driver's second attempt passes every row."""
+    rows = _judge_attempt(case, out)
+    retry = out.get("retry") if isinstance(out, dict) else None
+    if not all(r.ok for r in rows) and isinstance(retry, dict):
+        again = _judge_attempt(case, retry)
+        if all(r.ok for r in again):
+            return again
+    return rows
+
+
+def _judge_attempt(case: Case, out: Any) -> list[Comparison]:
     keys = ("stats", "times", "problems", "calls", "syncs", "wrong_args", "wall", "costs")
     bad = _not_a_result(out, keys)
     if bad:
