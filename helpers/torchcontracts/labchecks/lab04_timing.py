@@ -29,7 +29,8 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from torchcontracts.check import Case, Check, Comparison, LabSpec, Task
 from torchcontracts.roofline import Ceilings, Kernel
-from torchcontracts.workloads import MAX_QUEUED_S, CudaMatmul, SimStream, Workload, cuda_matmul_cost, spin
+from torchcontracts.workloads import (MAX_QUEUED_S, CudaMatmul, SimStream, Workload, cuda_matmul_cost,
+                                      first_unless_the_retry_passes, measured_twice_if_it_fails, spin)
 
 __all__ = ["MAX_QUEUED_S", "SimStream", "Workload", "bench_cases", "broken_speedup", "expected_intensity",
            "intensity_cases", "judge_bench", "judge_intensity", "judge_place", "judge_speedup", "lab", "place_cases",
@@ -69,15 +70,9 @@ def _record(result: Any) -> tuple[torch.Tensor, torch.Tensor, str]:
 
 
 def run_bench(fn: Callable[..., Any], case: Case) -> dict[str, Any]:
-    """Call driver: time two workloads of known cost with ``fn``; return its reports and what the workloads saw.
-
-    A record that fails the judge gets one more attempt on fresh workloads, under ``retry``: a right bench can
-    lose every sample to preemption on a busy machine, a wrong one fails both attempts the same way. (The judge
-    run here only decides whether to retry; the grader judges the returned bytes itself.)"""
-    record = _bench_attempt(fn, case)
-    if not all(r.ok for r in _judge_attempt(case, record)):
-        record["retry"] = _bench_attempt(fn, case)
-    return record
+    """Call driver: time two workloads of known cost with ``fn``; return its reports and what the workloads saw
+    (measured once more if the record fails: ``measured_twice_if_it_fails``)."""
+    return measured_twice_if_it_fails(_bench_attempt, _judge_attempt, fn, case)
 
 
 def _bench_attempt(fn: Callable[..., Any], case: Case) -> dict[str, Any]:
@@ -177,13 +172,7 @@ def judge_bench(case: Case, out: Any) -> list[Comparison]:
     """t1: each workload's report is a right benchmark of it, and the two medians keep their known ratio.
 
     The first attempt's rows, unless it failed and the driver's second attempt passes every row."""
-    rows = _judge_attempt(case, out)
-    retry = out.get("retry") if isinstance(out, dict) else None
-    if not all(r.ok for r in rows) and isinstance(retry, dict):
-        again = _judge_attempt(case, retry)
-        if all(r.ok for r in again):
-            return again
-    return rows
+    return first_unless_the_retry_passes(_judge_attempt, case, out)
 
 
 def _judge_attempt(case: Case, out: Any) -> list[Comparison]:
@@ -236,7 +225,12 @@ def broken_speedup(fn_a: Callable[..., Any], fn_b: Callable[..., Any], *args: An
 
 
 def run_speedup(fn: Callable[..., Any], case: Case) -> dict[str, Any]:
-    """Call driver: ``fn(a, b, arg)`` on two workloads of known cost (sharing one stream when async)."""
+    """Call driver: ``fn(a, b, arg)`` on two workloads of known cost (sharing one stream when async), measured
+    once more if the record fails (``measured_twice_if_it_fails``)."""
+    return measured_twice_if_it_fails(_speedup_attempt, _judge_speedup_attempt, fn, case)
+
+
+def _speedup_attempt(fn: Callable[..., Any], case: Case) -> dict[str, Any]:
     kind, cost_a, cost_b, first_a = case.args
     arg = torch.zeros(3)
     stream = SimStream() if kind == "async" else None
@@ -247,7 +241,12 @@ def run_speedup(fn: Callable[..., Any], case: Case) -> dict[str, Any]:
 
 
 def judge_speedup(case: Case, out: Any) -> list[Comparison]:
-    """t4: the ratio of the two fastest per-call times, within a factor that a loaded machine keeps."""
+    """t4: the ratio of the two fastest per-call times, within a factor that a loaded machine keeps (the first
+    attempt's rows, unless the driver's second attempt passes every row)."""
+    return first_unless_the_retry_passes(_judge_speedup_attempt, case, out)
+
+
+def _judge_speedup_attempt(case: Case, out: Any) -> list[Comparison]:
     bad = _not_a_result(out, ("ratio", "calls", "wrong_args"))
     if bad:
         return bad
