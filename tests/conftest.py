@@ -13,8 +13,17 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import nbformat
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
+
+# The autograd engine decides once per process, at its first backward, whether to start device threads. On a
+# CUDA build (even with no GPU, measured on 2.14.1+cu130) a first backward *after* any torch.compile starts them,
+# and from then on no fork of the process can run backward. The lab 07, lesson 09 and rank-runner tests fork
+# ranks from the same pytest worker that ran lesson 07's compile tests, so each worker does its first backward
+# here, before any test. (Kernels, which learners use, are not affected; test_dist_tools measures the learner's
+# case in a fresh interpreter, and the rank runner names the cause in one line.)
+torch.ones(1, requires_grad=True).sum().backward()
 
 
 def lesson_paths() -> list[Path]:
@@ -120,3 +129,4 @@ def no_dataloader_worker_left():
     while dataloader_workers() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert dataloader_workers() == [], "a DataLoader worker outlived its test"
+

@@ -8,9 +8,11 @@ the lesson's own last cell asserts the same after the notebook has run.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import socket
+import subprocess
 import sys
 import time
 
@@ -22,7 +24,7 @@ from conftest import ROOT, read
 from torchcontracts import dist_tools
 from torchcontracts.dist_tools import (free_port, launch, launch_nodes, leftover_processes, live_children, stderr_to,
                                        write_script)
-from torchcontracts.rank_runner import run_ranks
+from torchcontracts.rank_runner import AUTOGRAD_FORK, BAD_AUTOGRAD_FORK, run_ranks
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux") or not dist.is_gloo_available(),
                                 reason="launch and run_ranks need Linux and gloo")
@@ -279,3 +281,58 @@ def test_the_lesson_ends_by_asserting_nothing_is_left_running():
     assert "assert not leftover_processes() and not live_children()" in code[-1]
     launches = [c for c in code if "launch(" in c or "launch_nodes(" in c]
     assert launches and all("timeout=" in c for c in launches), "every launch in the lesson has a deadline"
+
+
+def _torch_refuses_the_fork(rank, world):
+    raise RuntimeError(AUTOGRAD_FORK + ". See https://github.com/pytorch/pytorch/wiki/Autograd-and-Fork")
+
+
+def test_a_rank_that_torch_refuses_backward_after_the_fork_says_to_restart_the_kernel():
+    with pytest.raises(RuntimeError) as err:
+        run_ranks(_torch_refuses_the_fork, 2, timeout=20, pg_timeout=5)
+    assert str(err.value) in {f"rank {r} cannot run backward: {BAD_AUTOGRAD_FORK}" for r in (0, 1)}, str(err.value)
+    _nothing_alive()
+
+
+
+AFTER_A_COMPILED_BACKWARD = """
+import json, os, torch
+from torchcontracts.rank_runner import run_ranks
+
+def backward(rank, world):
+    w = torch.ones(3, requires_grad=True)
+    (w * 2).sum().backward()
+    return w.grad
+
+torch.compile(lambda x: x.sin() * 2, backend="eager")(torch.ones(3))  # forward only, then a first backward
+torch.ones(1, requires_grad=True).sum().backward()
+probe = os.fork()
+if probe == 0:
+    try:
+        torch.ones(1, requires_grad=True).sum().backward()
+        os._exit(0)
+    except RuntimeError:
+        os._exit(1)
+poisoned = os.waitpid(probe, 0)[1] != 0
+try:
+    run_ranks(backward, 2, timeout=30, pg_timeout=10)
+    outcome = "ran"
+except RuntimeError as err:
+    outcome = str(err)
+print(json.dumps([torch.__version__, poisoned, outcome]))
+"""
+
+
+def test_ranks_forked_after_a_compiled_backward_run_or_name_the_cause_in_one_line():
+    """A learner's kernel, measured in a fresh interpreter: on a CUDA build, the first backward after a
+    torch.compile poisons later forks (2.14.1+cu130 does, with no GPU; the CPU wheel does not). Either way the
+    ranks return a result or the one-line cause, never torch's bare error."""
+    proc = subprocess.run([sys.executable, "-c", AFTER_A_COMPILED_BACKWARD], capture_output=True, text=True,
+                          timeout=180, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    version, poisoned, outcome = json.loads(proc.stdout.strip().splitlines()[-1])
+    if poisoned:
+        assert outcome in {f"rank {r} cannot run backward: {BAD_AUTOGRAD_FORK}" for r in (0, 1)}, outcome
+    else:
+        assert outcome == "ran", outcome
+    print(f"torch {version}: later forks {'poisoned' if poisoned else 'fine'}")

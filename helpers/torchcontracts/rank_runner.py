@@ -37,9 +37,15 @@ import time
 import warnings
 from typing import Any, Callable, Sequence
 
-__all__ = ["RankRun", "run_ranks"]
+__all__ = ["AUTOGRAD_FORK", "BAD_AUTOGRAD_FORK", "RankRun", "run_ranks"]
 
 _HEADER = struct.Struct("!Q")
+# torch's error in a fork of a process whose autograd engine started device threads. A CUDA build starts them in
+# a torch.compile'd (or fake-tensor) backward even with no GPU (measured on 2.14.1+cu130; the CPU wheel does not).
+AUTOGRAD_FORK = "Unable to handle autograd's threading in combination with fork-based multiprocessing"
+BAD_AUTOGRAD_FORK = ("this process ran a backward that started autograd's device threads (on a CUDA build, a "
+                     "torch.compile'd backward does), and no fork of it can run backward any more: restart the "
+                     "kernel and run the cells from the top, without it (pytorch wiki: Autograd and Fork)")
 MAX_MESSAGE = 64 * 2**20  # bytes one rank may send back
 GRACE = 1.0  # seconds to let the other ranks report once one has failed (the root cause may come second)
 
@@ -188,6 +194,8 @@ def _verdict(states: dict[int, dict[str, Any]], world: int, timeout: float, pg_t
         r = own[0]
         if errors[r]["error"] == "NotImplementedError":  # a TODO: let callers tell it from a bug
             return NotImplementedError(f"rank {r}: {errors[r]['msg'] or 'not implemented yet'}")
+        if AUTOGRAD_FORK in errors[r]["msg"]:
+            return RuntimeError(f"rank {r} cannot run backward: {BAD_AUTOGRAD_FORK}")
         return RuntimeError(f"rank {r} raised {errors[r]['error']}: {errors[r]['msg']}")
     missing = [r for r in range(world) if r not in states]
     names = ", ".join(map(str, missing))
