@@ -129,4 +129,3 @@ def no_dataloader_worker_left():
     while dataloader_workers() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert dataloader_workers() == [], "a DataLoader worker outlived its test"
-

@@ -294,7 +294,6 @@ def test_a_rank_that_torch_refuses_backward_after_the_fork_says_to_restart_the_k
     _nothing_alive()
 
 
-
 AFTER_A_COMPILED_BACKWARD = """
 import json, os, torch
 from torchcontracts.rank_runner import run_ranks

@@ -19,7 +19,7 @@ import torch
 from conftest import checks_by_task
 from torchcontracts.check import Case, Check
 from torchcontracts.labchecks.lab04_timing import (
-    SimStream, Workload, broken_speedup, expected_intensity, judge_bench, lab, run_bench,
+    SimStream, Workload, broken_speedup, expected_intensity, judge_bench, judge_speedup, lab, run_bench, run_speedup,
 )
 
 
@@ -340,8 +340,6 @@ def test_t4_wrong_answers_fail_for_the_right_reason(wrong, reason, checks):
 
 
 def test_t4_a_speedup_a_busy_machine_spoiled_once_passes_on_the_retry():
-    from torchcontracts.labchecks.lab04_timing import judge_speedup, run_speedup
-
     calls = []
 
     def spoiled_once(a, b, *args, sync=None):

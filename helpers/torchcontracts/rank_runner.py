@@ -40,12 +40,14 @@ from typing import Any, Callable, Sequence
 __all__ = ["AUTOGRAD_FORK", "BAD_AUTOGRAD_FORK", "RankRun", "run_ranks"]
 
 _HEADER = struct.Struct("!Q")
-# torch's error in a fork of a process whose autograd engine started device threads. A CUDA build starts them in
-# a torch.compile'd (or fake-tensor) backward even with no GPU (measured on 2.14.1+cu130; the CPU wheel does not).
+# torch's error in a fork of a process whose autograd engine started device threads. The engine decides at the
+# process's first backward; on a CUDA build it starts them, even with no GPU, when that first backward comes after
+# any torch.compile (measured on 2.14.1+cu130; the CPU wheel never does).
 AUTOGRAD_FORK = "Unable to handle autograd's threading in combination with fork-based multiprocessing"
-BAD_AUTOGRAD_FORK = ("this process ran a backward that started autograd's device threads (on a CUDA build, a "
-                     "torch.compile'd backward does), and no fork of it can run backward any more: restart the "
-                     "kernel and run the cells from the top, without it (pytorch wiki: Autograd and Fork)")
+BAD_AUTOGRAD_FORK = ("this kernel's first backward started autograd's device threads (on a CUDA build, a first "
+                     "backward after any torch.compile does), and no fork of it can run backward any more: restart "
+                     "the kernel and run the cells from the top without torch.compile before this one (pytorch "
+                     "wiki: Autograd and Fork)")
 MAX_MESSAGE = 64 * 2**20  # bytes one rank may send back
 GRACE = 1.0  # seconds to let the other ranks report once one has failed (the root cause may come second)
 
