@@ -57,7 +57,7 @@ GOAL_OVERHEAD = 0.3  # folder: (bwrap - none) / n, seconds per submission
 
 def _solution_submission() -> nbformat.NotebookNode:
     """The reference answers in the student notebook (no hidden-check cells), as a learner would submit."""
-    from torchcontracts.labbuild import reference_submission
+    from torchcontracts.labs.build import reference_submission
 
     return reference_submission(ROOT, LAB)
 

@@ -27,7 +27,7 @@ from typing import Any, Callable
 import torch
 import torch.utils.benchmark as benchmark
 
-from torchcontracts.timing import NOISY, Timing, _human, time_fn
+from torchcontracts.core.timing import NOISY, Timing, _human, time_fn
 
 TOLERANCE = 0.25
 

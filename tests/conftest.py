@@ -47,7 +47,7 @@ def course_imports(nb: nbformat.NotebookNode) -> dict:
     """A namespace holding the top-level imports of a notebook's course cells (what graded cells rely on)."""
     import ast
 
-    from torchcontracts.labformat import cell_meta
+    from torchcontracts.labs.format import cell_meta
 
     ns: dict = {}
     for cell in nb.cells:
@@ -68,7 +68,7 @@ def solution_functions(lab_id: str, namespace: dict | None = None) -> dict:
     import contextlib
     import io
 
-    from torchcontracts.labbuild import graded_cells
+    from torchcontracts.labs.build import graded_cells
     from torchcontracts.labchecks import __name__ as pkg
 
     spec = __import__(f"{pkg}.{lab_id}", fromlist=["lab"]).lab
@@ -122,7 +122,7 @@ def no_dataloader_worker_left():
     """After the test, no DataLoader worker process (``pt_data_worker``) is alive: a leak fails the test."""
     import time
 
-    from torchcontracts.data_pipeline import dataloader_workers
+    from torchcontracts.lessons.l05_data.data_pipeline import dataloader_workers
 
     yield
     deadline = time.monotonic() + 5

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from torchcontracts.alloc import AllocatorModel, Config, Constants, KiB, MiB, ModelOOM, constants, header_constants
-from torchcontracts.alloc_viz import fragmentation_trace, parse_size, parse_trace, replay, timeline_from_events
+from torchcontracts.lessons.l03_memory.alloc import AllocatorModel, Config, Constants, KiB, MiB, ModelOOM, constants, header_constants
+from torchcontracts.lessons.l03_memory.alloc_viz import fragmentation_trace, parse_size, parse_trace, replay, timeline_from_events
 
 
 # -- constants ---------------------------------------------------------------------------------
@@ -253,7 +253,7 @@ def test_reserved_never_shrinks_without_empty_cache(trace):
 
 @pytest.mark.skipif(not os.environ.get("TORCHCONTRACTS_CUDA_ALLOC_TEST"), reason="needs a CUDA GPU; see lesson 03")
 def test_model_matches_the_real_allocator_on_cuda():  # pragma: no cover - GPU only
-    from torchcontracts.alloc_viz import replay_cuda
+    from torchcontracts.lessons.l03_memory.alloc_viz import replay_cuda
 
     trace = fragmentation_trace()
     assert [(s.allocated, s.reserved) for s in replay(trace)] == replay_cuda(trace)
@@ -276,7 +276,7 @@ def test_draw_segments_draws_one_bar_per_block(monkeypatch):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from torchcontracts.alloc_viz import draw_segments, draw_steps, draw_timeline
+    from torchcontracts.lessons.l03_memory.alloc_viz import draw_segments, draw_steps, draw_timeline
 
     steps = replay(fragmentation_trace())
     snap = steps[-2].snapshot
@@ -295,7 +295,7 @@ def test_explorer_renders_and_rerenders_when_a_control_changes(monkeypatch, caps
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from torchcontracts.alloc_viz import explorer
+    from torchcontracts.lessons.l03_memory.alloc_viz import explorer
 
     shown = []
     monkeypatch.setattr("IPython.display.display", lambda obj: shown.append(obj))

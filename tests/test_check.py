@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from torchcontracts.check import Case, Check, Comparison, LabSpec, Task, compare
+from torchcontracts.checks import Case, Check, Comparison, LabSpec, Task, compare
 
 
 def test_compare_reports_exact_close_and_wrong():

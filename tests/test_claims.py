@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import torchcontracts as tc
-from torchcontracts.claims import LEDGER_ENV, ClaimContradicted, all_claims, owned_by, seed_section
+from torchcontracts.core.claims import LEDGER_ENV, ClaimContradicted, all_claims, owned_by, seed_section
 
 from conftest import ROOT, read
 

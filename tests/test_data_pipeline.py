@@ -15,12 +15,12 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset, get_worker_info
 
-from torchcontracts.data_pipeline import (
+from torchcontracts.lessons.l05_data.data_pipeline import (
     PARENT_MARK, DrawDataset, ModuleDataset, ShardedStream, close_workers, dataloader_workers, descendants,
     process_memory, record_draws, seed_worker, seeded_loader, worker_iter,
 )
-from torchcontracts.throughput import EpochTimes, plot_stages, plot_throughput, throughput_table, time_epochs
-from torchcontracts.timing import Timing
+from torchcontracts.lessons.l05_data.throughput import EpochTimes, plot_stages, plot_throughput, throughput_table, time_epochs
+from torchcontracts.core.timing import Timing
 
 
 pytestmark = pytest.mark.usefixtures("no_dataloader_worker_left")  # conftest: fails a test that leaks one
@@ -167,7 +167,7 @@ def test_module_dataset_pickles_with_its_module_and_reports_where_it_ran():
     item = copy[1]
     assert torch.equal(item["y"], ds[1]["y"]) and item["parent_mark"] is PARENT_MARK
     assert item["pid"] > 0 and "python" in item["cmdline"] and item["uss"] > 0
-    assert b"torchcontracts.data_pipeline" in pickle.dumps(ds)
+    assert b"torchcontracts.lessons.l05_data.data_pipeline" in pickle.dumps(ds)
 
 
 def test_sharded_stream_calls_shard_in_each_worker_and_with_defaults_in_the_main_process():

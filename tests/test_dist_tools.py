@@ -21,10 +21,10 @@ import torch
 import torch.distributed as dist
 
 from conftest import ROOT, read
-from torchcontracts import dist_tools
-from torchcontracts.dist_tools import (free_port, launch, launch_nodes, leftover_processes, live_children, stderr_to,
+from torchcontracts.lessons.l09_distributed import dist_tools
+from torchcontracts.lessons.l09_distributed.dist_tools import (free_port, launch, launch_nodes, leftover_processes, live_children, stderr_to,
                                        write_script)
-from torchcontracts.rank_runner import AUTOGRAD_FORK, BAD_AUTOGRAD_FORK, run_ranks
+from torchcontracts.lessons.l09_distributed.rank_runner import AUTOGRAD_FORK, BAD_AUTOGRAD_FORK, run_ranks
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux") or not dist.is_gloo_available(),
                                 reason="launch and run_ranks need Linux and gloo")
@@ -60,7 +60,7 @@ def test_free_port_is_bindable_and_not_a_fixed_number():
 def test_multi_node_launch_meets_at_the_port_free_port_picked(monkeypatch, tmp_path):
     script = write_script("""
         import os
-        from torchcontracts.dist_tools import save_result
+        from torchcontracts.lessons.l09_distributed.dist_tools import save_result
         save_result({k: os.environ[k] for k in ("RANK", "GROUP_RANK", "WORLD_SIZE")})
     """, tmp_path, "who.py")
     picked: list[int] = []
@@ -80,7 +80,7 @@ def test_each_node_is_cleaned_up_by_its_own_token(monkeypatch, tmp_path):
     'torchrun exited with code -9' in about 1 run in 4 under load)."""
     script = write_script("""
         import os
-        from torchcontracts.dist_tools import save_result
+        from torchcontracts.lessons.l09_distributed.dist_tools import save_result
         save_result({"token": os.environ["TORCHCONTRACTS_DIST_RUN"]})
     """, tmp_path, "which_node.py")
     killed: list[str] = []
@@ -105,8 +105,9 @@ def test_no_notebook_of_lesson_09_or_lab_07_uses_a_fixed_port(rel):
 
 
 def test_the_package_never_fixes_a_port():
-    for name in ("dist_tools.py", "rank_runner.py", "labchecks/lab07_ddp.py", "exercises/lesson09.py"):
-        text = (ROOT / "helpers" / "torchcontracts" / name).read_text()
+    folder = ROOT / "helpers" / "torchcontracts" / "lessons" / "l09_distributed"
+    for name in sorted(p.name for p in folder.glob("*.py")):
+        text = (folder / name).read_text()
         assert not FIXED_PORT.findall(text), (name, FIXED_PORT.findall(text))
 
 
@@ -115,7 +116,7 @@ def test_the_package_never_fixes_a_port():
 def test_launch_collects_every_rank_and_leaves_nothing(tmp_path):
     script = write_script("""
         import os, sys
-        from torchcontracts.dist_tools import save_result
+        from torchcontracts.lessons.l09_distributed.dist_tools import save_result
         print("rank", os.environ["RANK"], "of", os.environ["WORLD_SIZE"])
         print("to stderr", file=sys.stderr)
         save_result({"rank": int(os.environ["RANK"]), "argv": sys.argv[1:]})
@@ -296,7 +297,7 @@ def test_a_rank_that_torch_refuses_backward_after_the_fork_says_to_restart_the_k
 
 AFTER_A_COMPILED_BACKWARD = """
 import json, os, torch
-from torchcontracts.rank_runner import run_ranks
+from torchcontracts.lessons.l09_distributed.rank_runner import run_ranks
 
 def backward(rank, world):
     w = torch.ones(3, requires_grad=True)

@@ -9,7 +9,7 @@ import sys
 import torch
 
 from torchcontracts.cli import main
-from torchcontracts.device import diagnose
+from torchcontracts.core.device import diagnose
 
 # A simulated broken CUDA state: torch says a GPU is available, but every real call into it fails,
 # as with a driver too old for the wheel's CUDA runtime.
@@ -46,7 +46,7 @@ def test_doctor_exits_1_with_one_line_reason_when_cuda_only_pretends():
 
 
 def test_diagnose_flags_a_kernel_that_returns_wrong_values(monkeypatch):
-    import torchcontracts.device as device
+    import torchcontracts.core.device as device
 
     def wrong_smoke(dev):
         raise RuntimeError("wrong result from a matmul: 1.0 != 2.0")
@@ -57,7 +57,7 @@ def test_diagnose_flags_a_kernel_that_returns_wrong_values(monkeypatch):
 
 
 def test_a_cuda_build_without_a_gpu_or_driver_gets_a_one_line_warning_and_the_cpu_wheel_command():
-    from torchcontracts.device import CPU_WHEEL, wheel_warnings
+    from torchcontracts.core.device import CPU_WHEEL, wheel_warnings
 
     (line,) = wheel_warnings(cuda_build=True, gpu_works=False, driver=False)
     assert "CUDA build" in line and line.endswith(CPU_WHEEL) and "\n" not in line
@@ -65,21 +65,21 @@ def test_a_cuda_build_without_a_gpu_or_driver_gets_a_one_line_warning_and_the_cp
 
 
 def test_a_cpu_build_on_a_machine_with_an_nvidia_driver_is_told_to_install_a_cuda_build():
-    from torchcontracts.device import CUDA_WHEEL, wheel_warnings
+    from torchcontracts.core.device import CUDA_WHEEL, wheel_warnings
 
     (line,) = wheel_warnings(cuda_build=False, gpu_works=False, driver=True)
     assert "CPU build" in line and line.endswith(CUDA_WHEEL)
 
 
 def test_a_build_that_fits_gets_no_warning():
-    from torchcontracts.device import wheel_warnings
+    from torchcontracts.core.device import wheel_warnings
 
     assert wheel_warnings(cuda_build=True, gpu_works=True, driver=True) == []
     assert wheel_warnings(cuda_build=False, gpu_works=False, driver=False) == []
 
 
 def test_the_doctor_warns_but_still_exits_0(monkeypatch, capsys):
-    import torchcontracts.device as device
+    import torchcontracts.core.device as device
     from torchcontracts.cli import main
 
     monkeypatch.setattr(device, "wheel_warnings", lambda *a: ["the build does not fit: do this"])
@@ -95,7 +95,7 @@ def test_doctor_warns_when_jupyters_python3_kernel_is_another_python_and_its_com
     import subprocess
     import sys
 
-    from torchcontracts.device import KERNEL_FIX
+    from torchcontracts.core.device import KERNEL_FIX
 
     spec = tmp_path / "kernels" / "python3"
     spec.mkdir(parents=True)

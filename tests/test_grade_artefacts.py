@@ -25,7 +25,7 @@ from torch.export import Dim
 
 from torchcontracts.grading import artefacts
 from torchcontracts.grading.artefacts import evaluate
-from torchcontracts.labchecks import lab06_deployment as L
+from torchcontracts.lessons.l08_deploy import lab06_deployment as L
 
 needs_bwrap = pytest.mark.skipif(artefacts.isolation() != "bwrap", reason="bubblewrap is not usable here")
 
@@ -155,8 +155,8 @@ try:
 except Exception as err:
     found['write'] = type(err).__name__
 found['uid'] = os.getuid()
-found['solutions'] = os.path.exists({str(Path(L.__file__).resolve().parents[3] / 'solutions')!r}) and \
-    bool(os.listdir({str(Path(L.__file__).resolve().parents[3] / 'solutions')!r}))
+found['solutions'] = os.path.exists({str(Path(L.__file__).resolve().parents[4] / 'solutions')!r}) and \
+    bool(os.listdir({str(Path(L.__file__).resolve().parents[4] / 'solutions')!r}))
 open('result.json', 'w').write(__import__('json').dumps({{'error': 'FOUND ' + repr(found)}}))  # its own folder
 os._exit(0)
 """
@@ -213,7 +213,7 @@ def test_a_state_dict_with_a_pickled_object_is_refused_by_weights_only():
 IMPOSTOR_T3 = '''
 def export_onnx(model, example):
     """Exports *another* upsampler (its own weights) and writes a parity claim into the file."""
-    from torchcontracts.labchecks.lab06_deployment import make_upsampler
+    from torchcontracts.lessons.l08_deploy.lab06_deployment import make_upsampler
     program = torch.onnx.export(make_upsampler(seed=4242), (example,), dynamo=True, verbose=False,
                                 dynamic_shapes={"x": {0: Dim("batch")}})
     program.model_proto.doc_string = "parity: max |diff| 0.0 at every batch size"
@@ -225,10 +225,10 @@ def test_the_grader_scores_zero_for_an_onnx_file_from_another_model(tmp_path):
     import nbformat
 
     from torchcontracts.grading.run import GradeOptions, grade_file
-    from torchcontracts.labbuild import reference_submission
-    from torchcontracts.labformat import cell_meta
+    from torchcontracts.labs.build import reference_submission
+    from torchcontracts.labs.format import cell_meta
 
-    root = Path(L.__file__).resolve().parents[3]
+    root = Path(L.__file__).resolve().parents[4]
     nb = reference_submission(root, "lab06_deployment")
     for cell in nb.cells:
         if cell_meta(cell).get("task") == "t3" and cell_meta(cell).get("role") == "solution":

@@ -83,7 +83,7 @@ def student_copy(tmp_path_factory) -> Path:
 
 def test_student_copy_without_solutions_still_works_for_students(student_copy, capsys, monkeypatch):
     from torchcontracts.cli import main
-    from torchcontracts.labchecks.lab01_strides import lab
+    from torchcontracts.lessons.l01_tensors.lab01_strides import lab
 
     monkeypatch.chdir(student_copy)
     assert main(["labs", "check"]) == 0

@@ -151,7 +151,7 @@ def test_a_sandboxed_kernel_sees_no_solutions_no_git_no_network_and_runs_as_its_
 
 
 def _lab03_reference(patch: str = "") -> nbformat.NotebookNode:
-    from torchcontracts.labbuild import reference_submission
+    from torchcontracts.labs.build import reference_submission
 
     nb = reference_submission(ROOT, "lab03_memory")
     for cell in nb.cells:
@@ -161,13 +161,13 @@ def _lab03_reference(patch: str = "") -> nbformat.NotebookNode:
 
 
 def test_replacing_a_course_helper_that_a_check_uses_is_tampering(tmp_path):
-    """lab03's checks use torchcontracts.memory: it is watched because the lab loads it, not by a hand-made list."""
+    """lab03's checks use torchcontracts.lessons.l03_memory.memory: it is watched because the lab loads it, not by a hand-made list."""
     sub = tmp_path / "lab03.ipynb"
-    sub.write_text(nbformat.writes(_lab03_reference("import torchcontracts.memory as m\nm.tensor_bytes = lambda t: 0")))
+    sub.write_text(nbformat.writes(_lab03_reference("import torchcontracts.lessons.l03_memory.memory as m\nm.tensor_bytes = lambda t: 0")))
     proc = _grade(str(sub), "--json", cwd=tmp_path)
     got = json.loads(proc.stdout)
     assert got["score"] == 0
-    assert {t["reason"] for t in got["tasks"]} == {"tampering detected: torchcontracts.memory.tensor_bytes replaced"}
+    assert {t["reason"] for t in got["tasks"]} == {"tampering detected: torchcontracts.lessons.l03_memory.memory.tensor_bytes replaced"}
 
 
 def test_a_refused_file_still_writes_a_gradescope_result_and_exits_1(tmp_path):

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from submissions.adversarial import LAB, TASKS, notebook
-from torchcontracts.check import Case, Check, compare
+from torchcontracts.checks import Case, Check, compare
 from torchcontracts.grading.run import GradeOptions, grade_file
 from torchcontracts.grading.judge import judge_check, same_inputs
 from torchcontracts.grading.plan import lab_spec, plan_run
@@ -113,13 +113,13 @@ def test_hidden_checks_live_only_in_solutions(tmp_path):
     for path in package.rglob("*"):
         if path.is_file() and path.suffix in (".py", ".csv", ".json", ".txt"):
             text = path.read_text(errors="ignore")
-            if path.name != "labformat.py":  # the lab format defines the marker the builder strips
+            if path.relative_to(package).as_posix() != "labs/format.py":  # the lab format defines the marker the builder strips
                 assert "BEGIN HIDDEN" not in text, path
             for word in words:
                 assert word not in text and word not in lab_text, (word, path)
     public = lab_spec(ROOT, LAB, public_only=True)
     assert not any(c.hidden for c in public.checks)
-    assert not any(c.hidden for c in __import__(f"torchcontracts.labchecks.{LAB}", fromlist=["lab"]).lab.checks)
+    assert not any(c.hidden for c in __import__("torchcontracts.labs.load", fromlist=["load"]).load(LAB).checks)
 
 
 def _opts(root: Path = ROOT, **kw) -> GradeOptions:
@@ -134,8 +134,8 @@ def _write(tmp_path: Path, nb, name: str = "sub.ipynb") -> Path:
 
 FRESH_CELL = '''### BEGIN HIDDEN CHECKS
 import torch
-from torchcontracts.check import Case, Check
-from torchcontracts.labchecks.lab01_strides import compare_value
+from torchcontracts.checks import Case, Check
+from torchcontracts.lessons.l01_tensors.lab01_strides import compare_value
 
 
 def fresh_cases(seed):
@@ -189,8 +189,8 @@ def test_fresh_kernel_checks_run_in_their_own_kernel_after_the_labchecks_import(
 @pytest.mark.parametrize("patch, reason", [
     ("import torchcontracts.grading.driver as g\ng.drive = lambda spec: None",
      "tampering detected: the grader's sealed answers were disturbed"),
-    ("import sys, types\nsys.modules['torchcontracts.check'] = types.ModuleType('torchcontracts.check')",
-     "tampering detected: torchcontracts.check module replaced"),
+    ("import sys, types\nsys.modules['torchcontracts.checks'] = types.ModuleType('torchcontracts.checks')",
+     "tampering detected: torchcontracts.checks module replaced"),
 ], ids=["driver", "sys.modules"])
 def test_replacing_the_grader_driver_or_a_course_module_is_tampering(tmp_path, patch, reason):
     src = notebook().cells

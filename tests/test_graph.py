@@ -1,4 +1,4 @@
-"""The backward-graph walker and drawing of lesson 02 (torchcontracts.graph), tested headless."""
+"""The backward-graph walker and drawing of lesson 02 (torchcontracts.lessons.l02_autograd.graph), tested headless."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import torch  # noqa: E402
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from torchcontracts.graph import draw_graph, graph_nodes  # noqa: E402
+from torchcontracts.lessons.l02_autograd.graph import draw_graph, graph_nodes  # noqa: E402
 
 
 def test_graph_of_a_product_names_the_op_and_the_leaf():

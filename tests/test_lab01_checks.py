@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-from torchcontracts.labchecks.lab01_strides import lab
+from torchcontracts.lessons.l01_tensors.lab01_strides import lab
 
 
 def _public_failures(task: str, fn: Callable[..., Any]) -> list[str]:

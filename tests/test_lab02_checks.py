@@ -13,8 +13,8 @@ import torch
 import torch.nn.functional as F
 
 from conftest import checks_by_task
-from torchcontracts.check import Case, Check
-from torchcontracts.labchecks.lab02_autograd import build_mlp, lab
+from torchcontracts.checks import Case, Check
+from torchcontracts.lessons.l02_autograd.lab02_autograd import build_mlp, lab
 
 
 
@@ -302,7 +302,7 @@ def test_monitor_driver_builds_the_same_model_the_judge_does():
 def test_gradcheck_driver_reports_a_wrong_backward_in_one_line(checks):
     wrong = _sp(_sp_fw, lambda ctx, g: g * 0.5)
     case = Case("x", (torch.randn(4, dtype=torch.float64),))
-    from torchcontracts.labchecks.lab02_autograd import run_gradcheck
+    from torchcontracts.lessons.l02_autograd.lab02_autograd import run_gradcheck
 
     out = run_gradcheck(wrong, case)
     assert out["passed"] is False and "\n" not in out["message"] and out["message"]

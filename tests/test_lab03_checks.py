@@ -15,8 +15,8 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint, checkpoint_sequential
 
 from conftest import checks_by_task
-from torchcontracts.check import Check
-from torchcontracts.labchecks.lab03_memory import lab, train_leaky
+from torchcontracts.checks import Check
+from torchcontracts.lessons.l03_memory.lab03_memory import lab, train_leaky
 
 MiB, KiB = 1 << 20, 1 << 10
 

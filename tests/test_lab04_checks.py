@@ -17,8 +17,8 @@ import pytest
 import torch
 
 from conftest import checks_by_task
-from torchcontracts.check import Case, Check
-from torchcontracts.labchecks.lab04_timing import (
+from torchcontracts.checks import Case, Check
+from torchcontracts.lessons.l04_async.lab04_timing import (
     SimStream, Workload, broken_speedup, expected_intensity, judge_bench, judge_speedup, lab, run_bench, run_speedup,
 )
 

@@ -19,9 +19,9 @@ import torch.nn.functional as F
 from torch.utils.data import get_worker_info
 
 from conftest import checks_by_task, solution_functions
-from torchcontracts.check import Check
-from torchcontracts.labchecks.lab05_parts import DrawDataset, epoch_seed, setup, train_step
-from torchcontracts.training import loader_draws, worker_draws
+from torchcontracts.checks import Check
+from torchcontracts.lessons.l06_training.lab05_parts import DrawDataset, epoch_seed, setup, train_step
+from torchcontracts.lessons.l06_training.training import loader_draws, worker_draws
 
 LAB = "lab05_reproducible_training"
 
@@ -297,7 +297,7 @@ def test_t4_a_train_that_does_not_follow_the_recipe_fails(checks):
 
 
 def test_t3_lesson_05s_recipe_passes_lab_05s_checks(checks):
-    """Lesson 05 teaches the recipe (torchcontracts.data_pipeline.seed_worker); lab 05 grades it."""
-    from torchcontracts.data_pipeline import seed_worker
+    """Lesson 05 teaches the recipe (torchcontracts.lessons.l05_data.data_pipeline.seed_worker); lab 05 grades it."""
+    from torchcontracts.lessons.l05_data.data_pipeline import seed_worker
 
     assert _failures(checks["t3"], seed_worker) == []

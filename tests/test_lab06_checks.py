@@ -18,7 +18,7 @@ import torch.nn as nn
 from torch.export import Dim
 
 from conftest import checks_by_task
-from torchcontracts.check import Check
+from torchcontracts.checks import Check
 from torchcontracts.labchecks import lab06_deployment as L
 
 logging.getLogger("torchao").setLevel(logging.ERROR)

@@ -23,9 +23,9 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data.distributed import DistributedSampler
 
 from conftest import ROOT, checks_by_task, read
-from torchcontracts.check import Check
-from torchcontracts.dist_tools import live_children
-from torchcontracts.labchecks.lab07_ddp import lab
+from torchcontracts.checks import Check
+from torchcontracts.lessons.l09_distributed.dist_tools import live_children
+from torchcontracts.lessons.l09_distributed.lab07_ddp import lab
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux") or not dist.is_gloo_available(),
                                 reason="lab 07's checks fork a gloo group")

@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from conftest import ROOT, solution_functions
-from torchcontracts.check import Check, LabSpec
+from torchcontracts.checks import Check, LabSpec
 
 LABS = sorted(p.stem for p in (ROOT / "solutions").glob("lab*.ipynb"))
 NAN = float("nan")

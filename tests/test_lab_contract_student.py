@@ -15,8 +15,8 @@ from nbclient import NotebookClient
 
 from conftest import ROOT, read
 from test_lab_contract import _reference_outputs, _spec, lab  # noqa: F401 - lab is the module-scoped fixture
-from torchcontracts.labformat import cell_meta
-from torchcontracts.ledger import this_python_kernel
+from torchcontracts.labs.format import cell_meta
+from torchcontracts.publish.ledger import this_python_kernel
 
 
 # --- the student lab runs to its TODOs and prints no expected value ------------------------------------

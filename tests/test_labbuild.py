@@ -11,7 +11,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from torchcontracts.labbuild import LabFormatError, build_all, build_lab, check_all, graded_cells, hidden_check_sources
+from torchcontracts.labs.build import LabFormatError, build_all, build_lab, check_all, graded_cells, hidden_check_sources
 
 from conftest import ROOT
 
@@ -103,7 +103,7 @@ def test_build_rejects_hidden_cells_that_import_lab_instead_of_using_the_one_giv
         build_lab(sol, "labXX_demo.ipynb")
 
 
-STRAY = ("from torchcontracts.check import Check\n"
+STRAY = ("from torchcontracts.checks import Check\n"
          "lab.add_hidden(Check('t2', 't2 stray', lambda seed: [], lambda case, out: [], hidden=True))")
 
 

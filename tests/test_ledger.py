@@ -38,7 +38,7 @@ def test_a_stale_user_kernelspec_cannot_hijack_the_ledger(tmp_path, monkeypatch)
     import nbformat
     from nbformat.v4 import new_code_cell, new_notebook
 
-    from torchcontracts.ledger import execute_notebook
+    from torchcontracts.publish.ledger import execute_notebook
 
     spec = tmp_path / "data" / "kernels" / "python3"
     spec.mkdir(parents=True)
@@ -64,8 +64,8 @@ def test_executing_a_notebook_leaves_no_kernel_running(tmp_path):
     import nbformat
     from nbformat.v4 import new_code_cell, new_notebook
 
-    from torchcontracts.dist_tools import live_children
-    from torchcontracts.ledger import execute_notebook
+    from torchcontracts.lessons.l09_distributed.dist_tools import live_children
+    from torchcontracts.publish.ledger import execute_notebook
 
     before = set(live_children())
     path = tmp_path / "probe.ipynb"

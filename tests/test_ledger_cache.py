@@ -20,8 +20,8 @@ import sys
 
 import pytest
 
-from torchcontracts.claims import VERDICTS, all_claims
-from torchcontracts.ledger import COLUMNS, cache_paths
+from torchcontracts.core.claims import VERDICTS, all_claims
+from torchcontracts.publish.ledger import COLUMNS, cache_paths
 
 from conftest import ROOT, read
 from test_claims import LESSON_STEMS

@@ -8,7 +8,7 @@ import time
 import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from torchcontracts import ledger
+from torchcontracts.publish import ledger
 
 
 def _write(path, *cells):

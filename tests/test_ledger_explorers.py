@@ -16,13 +16,13 @@ from nbclient import NotebookClient
 from nbformat.v4 import new_code_cell, new_notebook
 
 from conftest import ROOT
-from torchcontracts.ledger import this_python_kernel
+from torchcontracts.publish.ledger import this_python_kernel
 
 
 def test_explorers_make_nbclient_send_nothing_but_execute_requests_while_their_cells_run(tmp_path):
     cells = [
-        new_code_cell("import matplotlib\nfrom torchcontracts.alloc_viz import explorer\n"
-                      "from torchcontracts.viz import stride_explorer"),
+        new_code_cell("import matplotlib\nfrom torchcontracts.lessons.l03_memory.alloc_viz import explorer\n"
+                      "from torchcontracts.lessons.l01_tensors.viz import stride_explorer"),
         new_code_cell("box = explorer()"),
         new_code_cell('stride_explorer(shape="(2, 3)", op="transpose(0, -1)")'),
         new_code_cell("first = getattr(box.children[-1], 'value', '')\n"

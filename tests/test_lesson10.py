@@ -11,8 +11,8 @@ import re
 import nbformat
 import pytest
 
-from torchcontracts.ledger import execute
-from torchcontracts.record import RECORD_ENV
+from torchcontracts.publish.ledger import execute
+from torchcontracts.publish.record import RECORD_ENV
 
 from conftest import ROOT
 

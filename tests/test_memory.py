@@ -6,7 +6,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from torchcontracts.memory import SavedTensorMeter, graph_saved_tensors, held_bytes, live_tensor_bytes, tensor_bytes
+from torchcontracts.lessons.l03_memory.memory import SavedTensorMeter, graph_saved_tensors, held_bytes, live_tensor_bytes, tensor_bytes
 
 
 def _mlp(width: int = 64, depth: int = 4) -> nn.Sequential:

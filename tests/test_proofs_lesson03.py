@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from torchcontracts.alloc import KiB, MiB, header_constants
-from torchcontracts.alloc_viz import fragmentation_trace, report_model
+from torchcontracts.lessons.l03_memory.alloc import KiB, MiB, header_constants
+from torchcontracts.lessons.l03_memory.alloc_viz import fragmentation_trace, report_model
 
 from conftest import ROOT, notebook_functions
 

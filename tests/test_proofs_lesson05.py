@@ -18,7 +18,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset, RandomSampler, get_worker_info
 
 from conftest import ROOT, notebook_functions
-from torchcontracts.data_pipeline import DrawDataset, ModuleDataset, close_workers, dataloader_workers, worker_iter
+from torchcontracts.lessons.l05_data.data_pipeline import DrawDataset, ModuleDataset, close_workers, dataloader_workers, worker_iter
 
 NB = ROOT / "notebooks" / "05_data_pipeline.ipynb"
 F = notebook_functions(NB, "proof_c042", "proof_c049", "proof_c048", "proof_c058", "proof_c094", "proof_c023",

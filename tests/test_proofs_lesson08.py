@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from onnx import TensorProto, helper, numpy_helper
 
 from conftest import ROOT, notebook_functions
-from torchcontracts import deploy
+from torchcontracts.lessons.l08_deploy import deploy
 
 NB = ROOT / "notebooks" / "08_deployment.ipynb"
 FNS = notebook_functions(NB, "proof_c065", "proof_c066", "proof_c067", "proof_c111", "proof_c029", "proof_c110",

@@ -20,7 +20,7 @@ import torch.distributed as dist
 from torch import nn
 
 from conftest import ROOT, notebook_functions, read
-from torchcontracts.dist_tools import launch, leftover_processes, write_script
+from torchcontracts.lessons.l09_distributed.dist_tools import launch, leftover_processes, write_script
 
 NB = ROOT / "notebooks" / "09_distributed.ipynb"
 

@@ -19,8 +19,8 @@ import types
 import pytest
 import torch
 
-from torchcontracts import gpu_checks, record
-from torchcontracts.record import RECORD_ENV, RecordError, assemble, beside, load_record, recorded, validate
+from torchcontracts.publish import gpu_checks, record
+from torchcontracts.publish.record import RECORD_ENV, RecordError, assemble, beside, load_record, recorded, validate
 
 from conftest import ROOT
 
@@ -182,7 +182,7 @@ def test_a_missing_lesson_module_is_skipped_but_a_broken_one_is_not(monkeypatch)
 
     monkeypatch.setattr(gpu_checks, "importlib", types.SimpleNamespace(import_module=broken))
     with pytest.raises(ModuleNotFoundError, match="triton"):
-        gpu_checks.load_modules(("torchcontracts.roofline",))
+        gpu_checks.load_modules(("torchcontracts.lessons.l04_async.roofline",))
 
 
 def test_the_roofline_timing_code_runs_on_a_cpu_with_small_sizes():

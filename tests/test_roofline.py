@@ -15,8 +15,8 @@ matplotlib.use("Agg")  # headless: the helper must draw without a display
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
-from torchcontracts import roofline  # noqa: E402
-from torchcontracts.roofline import Ceilings, Kernel, measure_ceilings, roofline_plot  # noqa: E402
+from torchcontracts.lessons.l04_async import roofline  # noqa: E402
+from torchcontracts.lessons.l04_async.roofline import Ceilings, Kernel, measure_ceilings, roofline_plot  # noqa: E402
 
 CPU = Ceilings("cpu", 2, bandwidth=20e9, flops={"float32": 100e9})  # ridge at 5 FLOPs/byte
 

@@ -18,8 +18,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from torchcontracts import site
-from torchcontracts.site_render import FORBIDDEN_MARKERS, SiteError, guard, static_widgets
+from torchcontracts.publish import site
+from torchcontracts.publish.site_render import FORBIDDEN_MARKERS, SiteError, guard, static_widgets
 
 from browser_support import Browser, missing_browser
 from conftest import ROOT, read

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import torchcontracts as tc
-from torchcontracts.skips import manifest
+from torchcontracts.core.skips import manifest
 
 from conftest import ROOT, read
 

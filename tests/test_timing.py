@@ -14,8 +14,8 @@ import re
 import pytest
 import torch
 
-from torchcontracts import timing
-from torchcontracts.timing import NOISY, Timing, assess, table, time_fn
+from torchcontracts.core import timing
+from torchcontracts.core.timing import NOISY, Timing, assess, table, time_fn
 
 FIGURE = re.compile(r"\d+(?:\.\d+)?\s*(?:ns|us|µs|ms|s)\b")  # a number with a time unit
 US, MS = 1e-6, 1e-3

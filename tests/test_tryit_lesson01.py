@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from torchcontracts.exercises.lesson01 import EXERCISES
+from torchcontracts.lessons.l01_tensors.tryit import EXERCISES
 
 
 def _ok(ex_id: str, fn) -> tuple[bool, str]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from torchcontracts.exercises.lesson02 import EXERCISES
+from torchcontracts.lessons.l02_autograd.tryit import EXERCISES
 
 
 def _ok(ex_id: str, fn) -> tuple[bool, str]:

@@ -6,8 +6,8 @@ lesson's table (not by calling the model the checker uses), so a drift between t
 
 from __future__ import annotations
 
-from torchcontracts.alloc import KiB, MiB
-from torchcontracts.exercises.lesson03 import EXERCISES
+from torchcontracts.lessons.l03_memory.alloc import KiB, MiB
+from torchcontracts.lessons.l03_memory.tryit import EXERCISES
 
 
 def _ok(ex_id: str, fn) -> tuple[bool, str]:

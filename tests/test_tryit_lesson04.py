@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from torchcontracts.exercises.lesson04 import EXERCISES, SYNC_LINES
+from torchcontracts.lessons.l04_async.tryit import EXERCISES, SYNC_LINES
 
 
 def _ok(ex_id: str, fn) -> tuple[bool, str]:

@@ -12,8 +12,8 @@ import pytest
 import torch
 from torch.utils.data import get_worker_info
 
-from torchcontracts.data_pipeline import seed_worker
-from torchcontracts.exercises.lesson05 import EXERCISES
+from torchcontracts.lessons.l05_data.data_pipeline import seed_worker
+from torchcontracts.lessons.l05_data.tryit import EXERCISES
 
 
 pytestmark = pytest.mark.usefixtures("no_dataloader_worker_left")  # conftest: fails a test that leaks one

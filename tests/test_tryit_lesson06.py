@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from torchcontracts.exercises.lesson06 import EXERCISES, EXPRESSIONS
+from torchcontracts.lessons.l06_training.tryit import EXERCISES, EXPRESSIONS
 
 
 def _ok(ex_id: str, fn) -> tuple[bool, str]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from torchcontracts.exercises.lesson07 import EXERCISES, clip_scale_with_breaks
+from torchcontracts.lessons.l07_compile.tryit import EXERCISES, clip_scale_with_breaks
 
 
 def _ok(ex_id: str, fn) -> tuple[bool, str]:

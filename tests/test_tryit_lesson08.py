@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from torchcontracts.exercises.lesson08 import EXERCISES
+from torchcontracts.lessons.l08_deploy.tryit import EXERCISES
 
 
 def _ok(ex_id: str, fn) -> tuple[bool, str]:

@@ -11,8 +11,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from torchcontracts.dist_tools import live_children
-from torchcontracts.exercises.lesson09 import EXERCISES
+from torchcontracts.lessons.l09_distributed.dist_tools import live_children
+from torchcontracts.lessons.l09_distributed.tryit import EXERCISES
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux") or not dist.is_gloo_available(),
                                 reason="the checks fork a gloo group")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from torchcontracts.exercises.lesson10 import EXERCISES
+from torchcontracts.lessons.l10_ledger.tryit import EXERCISES
 
 
 def _ok(ex_id: str, fn) -> tuple[bool, str]:

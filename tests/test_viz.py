@@ -17,7 +17,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from hypothesis import given, settings, strategies as st  # noqa: E402
 
-from torchcontracts import viz  # noqa: E402
+from torchcontracts.lessons.l01_tensors import viz  # noqa: E402
 
 STORE = torch.arange(48)
 

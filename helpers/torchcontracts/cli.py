@@ -10,7 +10,7 @@ __all__ = ["build_parser", "main"]
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    from .device import diagnose, render
+    from torchcontracts.core.device import diagnose, render
 
     report = diagnose()
     print(report.to_json() if args.json else render(report))
@@ -18,25 +18,25 @@ def _doctor(args: argparse.Namespace) -> int:
 
 
 def _ledger(args: argparse.Namespace) -> int:
-    from .ledger import run
+    from torchcontracts.publish.ledger import run
 
     return run(args)
 
 
 def _record(args: argparse.Namespace) -> int:
-    from .record import run
+    from torchcontracts.publish.record import run
 
     return run(args)
 
 
 def _site(args: argparse.Namespace) -> int:
-    from .site import run
+    from torchcontracts.publish.site import run
 
     return run(args)
 
 
 def _labs(args: argparse.Namespace) -> int:
-    from .labbuild import LabFormatError, build_all, check_all, find_root
+    from torchcontracts.labs.build import LabFormatError, build_all, check_all, find_root
 
     try:
         root = find_root()
@@ -59,7 +59,7 @@ def _labs(args: argparse.Namespace) -> int:
 
 def _grade(args: argparse.Namespace) -> int:
     try:
-        from .grading.cli import cli_main
+        from torchcontracts.grading.cli import cli_main
     except ImportError:
         print("grade: the grader is not installed in this version of torchcontracts")
         return 1

@@ -215,7 +215,7 @@ def _rewrite_forever():   # rewrites anything that looks like the grader's answe
 threading.Thread(target=_rewrite_forever, daemon=True).start()
 '''
 
-CODE_SWAP = '''import torchcontracts.check as chk
+CODE_SWAP = '''import torchcontracts.checks as chk
 chk.compare.__code__ = (lambda *a, **k: None).__code__   # same function object, other code
 '''
 
@@ -448,7 +448,7 @@ def _all_zero(answers: dict[str, str], reason: str) -> tuple[nbformat.NotebookNo
 
 def _solved(lab: str) -> nbformat.NotebookNode:
     """Another lab's notebook with its reference answers: a learner hands in the wrong (solved) lab."""
-    from torchcontracts.labbuild import reference_submission
+    from torchcontracts.labs.build import reference_submission
 
     return reference_submission(ROOT, lab)
 
@@ -488,8 +488,8 @@ def cases() -> dict[str, tuple[nbformat.NotebookNode | str, Expect]]:
         "tamper_data_ptr": _tamper("torch.Tensor.data_ptr", "torch.Tensor.data_ptr = lambda self: 0", "t4"),
         "tamper_isinstance": _tamper("builtins.isinstance", "import builtins\n_real = builtins.isinstance\n"
                                      "builtins.isinstance = lambda obj, cls: _real(obj, cls)"),
-        "tamper_check_module": _tamper("torchcontracts.check.compare, torchcontracts.check.Check.invoke",
-                                       "import torchcontracts.check as chk\nchk.compare = lambda *a, **k: None\n"
+        "tamper_check_module": _tamper("torchcontracts.checks.compare, torchcontracts.checks.Check.invoke",
+                                       "import torchcontracts.checks as chk\nchk.compare = lambda *a, **k: None\n"
                                        "chk.Check.invoke = lambda self, fn, case: None", "t2"),
         "checks_edited_deleted": (notebook({"t1": WRONG_T1}, edit=_edit_check_cells), Expect(_full(
             t1=(0.0, T1_WRONG)))),
@@ -532,8 +532,8 @@ def cases() -> dict[str, tuple[nbformat.NotebookNode | str, Expect]]:
         "hook_settrace": _all_zero(_with("t3", HOOK.format(which="settrace")), TAMPER_HOOK),
         "thread_rewriter": (notebook({"t1": WRONG_T1, **_with("t2", THREAD_REWRITER)}), Expect(
             {"t1": (0.0, T1_WRONG), **{t: (0.0, THREAD) for t in TASKS[1:]}})),
-        "code_swap": _all_zero(_with("t3", CODE_SWAP), "tampering detected: torchcontracts.check.compare, "
-                                                       "torchcontracts.labchecks.lab01_strides.compare replaced"),
+        "code_swap": _all_zero(_with("t3", CODE_SWAP), "tampering detected: torchcontracts.checks.compare, "
+                                                       "torchcontracts.lessons.l01_tensors.lab01_strides.compare replaced"),
         "serialization_swap": _all_zero(_with("t4", SERIALIZATION_SWAP),
                                         "tampering detected: torch.serialization.default_restore_location replaced"),
         "plant_and_interrupt": (notebook({"t1": WRONG_T1 + "\n" + PLANT_AND_INTERRUPT}), Expect(_full(

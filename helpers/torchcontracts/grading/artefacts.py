@@ -44,8 +44,8 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from .forkserver import clean_env
-from .sandbox import bwrap_argv, bwrap_path
+from torchcontracts.grading.forkserver import clean_env
+from torchcontracts.grading.sandbox import bwrap_argv, bwrap_path
 
 __all__ = ["ARTEFACT_UID", "Evaluation", "evaluate", "isolation"]
 

@@ -119,7 +119,7 @@ def serve() -> None:
     import ipykernel.kernelapp  # noqa: F401
     import torch  # noqa: F401
 
-    import torchcontracts.check  # noqa: F401
+    import torchcontracts.checks  # noqa: F401
     from torchcontracts.grading import driver, watch  # noqa: F401
 
     watch.preload()

@@ -19,12 +19,12 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
-from .forkserver import zygote
-from .sandbox import MODES, choose_mode
-from .submission import GradeSetupError, SubmissionError, course_labs, identify_lab, read_submission
+from torchcontracts.grading.forkserver import zygote
+from torchcontracts.grading.sandbox import MODES, choose_mode
+from torchcontracts.grading.submission import GradeSetupError, SubmissionError, course_labs, identify_lab, read_submission
 
 if TYPE_CHECKING:
-    from .results import GradeOptions, GradeResult
+    from torchcontracts.grading.results import GradeOptions, GradeResult
 
 __all__ = ["cli_main", "grade_many"]
 
@@ -54,14 +54,14 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _refused(path: Path, opts: "GradeOptions", reason: str) -> "GradeResult":
-    from .results import GradeResult
+    from torchcontracts.grading.results import GradeResult
 
     return GradeResult(str(path), opts.lab, 0.0, 0.0, [], [reason], opts.seed or 0, 0.0, opts.sandbox, graded=False)
 
 
 def _worker(path: Path, opts: "GradeOptions") -> "GradeResult":
     """Grade one file; a grader bug becomes a problem row instead of stopping the batch."""
-    from .run import grade_file
+    from torchcontracts.grading.run import grade_file
 
     warnings.filterwarnings("ignore")
     try:
@@ -108,8 +108,8 @@ def grade_many(paths: list[Path], opts: "GradeOptions", jobs: int, progress: boo
 def _folder(args: argparse.Namespace, opts: "GradeOptions", root: Path) -> int:
     import pandas as pd
 
-    from .plan import lab_spec
-    from .report import gradebook_row
+    from torchcontracts.grading.plan import lab_spec
+    from torchcontracts.grading.report import gradebook_row
 
     paths = sorted(p for p in args.path.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
     if not paths:
@@ -171,7 +171,7 @@ def cli_main(argv: list[str] | Sequence[str]) -> int:
     """Entry point of ``torchcontracts grade``; returns the exit code."""
     warnings.filterwarnings("ignore")
     args = _parser().parse_args(list(argv))
-    from ..labformat import find_root
+    from torchcontracts.labs.format import find_root
 
     try:
         sandbox = choose_mode(args.sandbox)
@@ -192,8 +192,8 @@ def cli_main(argv: list[str] | Sequence[str]) -> int:
         zygote(sandbox, root, wait=False)  # the fork server imports torch while this process reads the course
     if threading_main():
         signal.signal(signal.SIGTERM, _on_signal)
-    from .report import gradescope, render, to_json
-    from .run import GradeOptions
+    from torchcontracts.grading.report import gradescope, render, to_json
+    from torchcontracts.grading.run import GradeOptions
 
     opts = GradeOptions(course=root, lab=args.lab, cell_timeout=args.cell_timeout, total_timeout=args.timeout,
                         mem_mb=args.mem_mb, seed=args.seed, public_only=args.public_only,

@@ -32,10 +32,10 @@ from typing import Any
 
 from IPython import get_ipython as _get_ipython
 
-from torchcontracts.check import Case as _Case
+from torchcontracts.checks import Case as _Case
 
-from . import watch
-from .protocol import BASELINE, MAX_RECORD_BYTES, pack_sealed, sealed_name
+from torchcontracts.grading import watch
+from torchcontracts.grading.protocol import BASELINE, MAX_RECORD_BYTES, pack_sealed, sealed_name
 
 try:  # bound at import, in the fork server
     import torch.serialization as _serialization

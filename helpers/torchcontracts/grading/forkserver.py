@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .sandbox import bwrap_argv
+from torchcontracts.grading.sandbox import bwrap_argv
 
 __all__ = ["SAFE_ENV", "ForkedKernel", "Zygote", "clean_env", "scratch_root", "zygote"]
 

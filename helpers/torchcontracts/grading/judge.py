@@ -16,11 +16,11 @@ from typing import Any, Mapping
 
 import torch
 
-from ..check import Case, Check, CheckOutcome, Comparison, _safe_judge, outcome_from_rows
+from torchcontracts.checks.spec import Case, Check, CheckOutcome, Comparison, _safe_judge, outcome_from_rows
 
 __all__ = ["judge_check", "same_inputs"]
 
-from .protocol import MAX_RECORD_BYTES
+from torchcontracts.grading.protocol import MAX_RECORD_BYTES
 
 MAX_CASE_BYTES = MAX_RECORD_BYTES
 MAX_UNPACKED_BYTES = 256 * 2**20  # what one saved answer may declare it unpacks to

@@ -21,9 +21,9 @@ from typing import Any
 from jupyter_client.blocking import BlockingKernelClient
 from jupyter_client.connect import write_connection_file
 
-from .boot import group_pids
-from .forkserver import Zygote, clean_env, zygote
-from .protocol import MAX_SEALED_BYTES, sealed_name
+from torchcontracts.grading.boot import group_pids
+from torchcontracts.grading.forkserver import Zygote, clean_env, zygote
+from torchcontracts.grading.protocol import MAX_SEALED_BYTES, sealed_name
 
 __all__ = ["CellRun", "GradingKernel", "describe_exit"]
 

@@ -14,12 +14,13 @@ import importlib
 import re
 from pathlib import Path
 
-from torchcontracts.nbio import nbformat
+from torchcontracts.core.nbio import nbformat
 
-from ..check import Check, LabSpec
-from ..labbuild import build_lab
-from ..labformat import cell_meta, hidden_check_sources
-from .submission import GradeSetupError
+from torchcontracts.checks import Check, LabSpec
+from torchcontracts.labs.build import build_lab
+from torchcontracts.labs.format import cell_meta, hidden_check_sources
+from torchcontracts.labs.load import module_name
+from torchcontracts.grading.submission import GradeSetupError
 
 __all__ = ["Plan", "Step", "lab_spec", "plan_run"]
 
@@ -66,10 +67,12 @@ def _hidden_sources(root: Path, lab: str) -> tuple[str, ...]:
 def lab_spec(root: Path, lab: str, *, public_only: bool = False) -> LabSpec:
     """A fresh copy of the lab's checks, with the hidden ones registered from ``solutions/``."""
     try:
-        module = importlib.import_module(f"torchcontracts.labchecks.{lab}")
+        module = importlib.import_module(module_name(lab))
         base: LabSpec = module.lab
+    except KeyError as err:
+        raise GradeSetupError(f"no checks for {lab}: {err.args[0]}") from None
     except (ImportError, AttributeError) as err:
-        raise GradeSetupError(f"no checks for {lab}: torchcontracts.labchecks.{lab} with `lab = LabSpec(...)` "
+        raise GradeSetupError(f"no checks for {lab}: {module_name(lab)} with `lab = LabSpec(...)` "
                               f"could not be loaded ({type(err).__name__}: {err})") from None
     spec = copy.copy(base)
     # Hidden checks come from solutions/ only, never from whatever the module object holds now.

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .results import GradeResult
+from torchcontracts.grading.results import GradeResult
 
 __all__ = ["gradebook_row", "gradescope", "render", "to_json"]
 

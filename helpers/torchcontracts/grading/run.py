@@ -21,15 +21,16 @@ from typing import Any
 
 import torch
 
-from ..check import Case, Check, CheckOutcome, LabSpec
-from .forkserver import scratch_root
-from .judge import judge_check
-from .kernel import CellRun, GradingKernel
-from .plan import Plan, Step, lab_spec, plan_run
-from .protocol import BASELINE, driver_call, unpack_sealed
-from .results import CheckResult, GradeOptions, GradeResult, TaskResult
-from .sandbox import kernel_uid
-from .submission import GradeSetupError, SubmissionError, identify_lab, read_submission
+from torchcontracts.checks import Case, Check, CheckOutcome, LabSpec
+from torchcontracts.grading.forkserver import scratch_root
+from torchcontracts.grading.judge import judge_check
+from torchcontracts.grading.kernel import CellRun, GradingKernel
+from torchcontracts.grading.plan import Plan, Step, lab_spec, plan_run
+from torchcontracts.grading.protocol import BASELINE, driver_call, unpack_sealed
+from torchcontracts.grading.results import CheckResult, GradeOptions, GradeResult, TaskResult
+from torchcontracts.grading.sandbox import kernel_uid
+from torchcontracts.grading.submission import GradeSetupError, SubmissionError, identify_lab, read_submission
+from torchcontracts.labs.load import module_name
 
 _KERNELS = itertools.count()  # numbers the kernels of this process (each gets its own uid in bwrap mode)
 
@@ -118,7 +119,7 @@ def _run_kernel(lab: str, steps: list[Step], tasks: list[str], missing: frozense
     (whose error text a learner sees) has been sealed.
     """
     log = _KernelLog()
-    labchecks = f"torchcontracts.labchecks.{lab}"
+    labchecks = module_name(lab)
     public = {t: [(i, c) for i, c in members if c.task == t and not c.hidden] for t in tasks}
     hidden = [(i, c) for i, c in members if c.hidden and c.task not in missing]
     tasks_here = [t for t in tasks if any(c.task == t for _, c in members)]

@@ -11,9 +11,9 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from torchcontracts.nbio import nbformat
+from torchcontracts.core.nbio import nbformat
 
-from ..labformat import cell_meta, notebook_lab
+from torchcontracts.labs.format import cell_meta, notebook_lab
 
 __all__ = ["GradeSetupError", "SubmissionError", "course_labs", "identify_lab", "read_submission"]
 

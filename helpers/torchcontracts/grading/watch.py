@@ -1,7 +1,7 @@
 """Tamper detection inside the learner's kernel: fingerprints of the code the grader's checks rely on.
 
 The watch list is built from what is loaded, not by hand: every ``torchcontracts`` module in
-``sys.modules`` when grading starts (so a lab's helpers, such as ``torchcontracts.memory``, are
+``sys.modules`` when grading starts (so a lab's helpers, such as ``torchcontracts.lessons.l03_memory.memory``, are
 watched as soon as its checks import them), plus the torch modules the checks use and the builtins.
 A fingerprint sees code, not just objects: a function whose ``__code__``, defaults or closure
 cells were swapped keeps its ``id()`` but changes its fingerprint.

@@ -1,0 +1,1 @@
+"""The lab source format (``format``), the builder of ``labs/`` from ``solutions/`` (``build``), and ``load``."""

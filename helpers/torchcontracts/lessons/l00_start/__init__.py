@@ -1,0 +1,1 @@
+"""Lesson 00: Start here: your machine's contract (tryit)."""

@@ -1,0 +1,1 @@
+"""Lesson 08: Deployment: saving, torch.export, ONNX in a real runtime, quantization, serving (deploy, lab06_deployment, tryit)."""

@@ -1,0 +1,1 @@
+"""Course tools that run the lessons: the claims ledger, the static site, the GPU record and its comparisons."""
