@@ -74,8 +74,12 @@ def _last_line(proc: subprocess.CompletedProcess) -> str:
 
 
 def _stats(runs: list[float]) -> dict[str, Any]:
-    return {"runs": [round(r, 3) for r in runs], "median": statistics.median(runs) if runs else None,
-            "min": min(runs) if runs else None, "max": max(runs) if runs else None}
+    return {
+        "runs": [round(r, 3) for r in runs],
+        "median": statistics.median(runs) if runs else None,
+        "min": min(runs) if runs else None,
+        "max": max(runs) if runs else None,
+    }
 
 
 def _num(text: str | None) -> float | None:
@@ -101,22 +105,42 @@ def _ours_one(sub: Path, mode: str) -> tuple[float, dict[str, Any]]:
     info: dict[str, Any] = {"rc": proc.returncode}
     try:
         data = json.loads(proc.stdout)
-        info.update(score=data.get("score"), max_score=data.get("max_score"), graded=data.get("graded"),
-                    problems=data.get("problems"))
+        info.update(
+            score=data.get("score"),
+            max_score=data.get("max_score"),
+            graded=data.get("graded"),
+            problems=data.get("problems"),
+        )
     except (json.JSONDecodeError, AttributeError):
         info["error"] = _last_line(proc)
     return wall, info
 
 
 def _ours_folder(folder: Path, mode: str, jobs: int, out: Path) -> dict[str, Any]:
-    wall, proc = _timed([sys.executable, "-m", "torchcontracts", "grade", str(folder), "--sandbox", mode,
-                         "-j", str(jobs), "--quiet", "--out", str(out)], ROOT)
+    wall, proc = _timed(
+        [
+            sys.executable,
+            "-m",
+            "torchcontracts",
+            "grade",
+            str(folder),
+            "--sandbox",
+            mode,
+            "-j",
+            str(jobs),
+            "--quiet",
+            "--out",
+            str(out),
+        ],
+        ROOT,
+    )
     info: dict[str, Any] = {"wall": wall, "rc": proc.returncode}
     if out.exists():
         with out.open(newline="") as f:
             rows = list(csv.DictReader(f))
-        info["graded_full_marks"] = sum(_num(r.get("total")) == _num(r.get("max_total")) is not None
-                                        and not r.get("problems") for r in rows)
+        info["graded_full_marks"] = sum(
+            _num(r.get("total")) == _num(r.get("max_total")) is not None and not r.get("problems") for r in rows
+        )
         info["rows"] = len(rows)
     else:
         info["error"] = _last_line(proc)
@@ -128,10 +152,16 @@ def _ours_folder(folder: Path, mode: str, jobs: int, out: Path) -> dict[str, Any
 
 OTTER_CASES = {
     "q1": ("contiguous_strides", 2, ["(2, 3, 4)", "(5,)", "(4, 1, 3)"]),
-    "q2": ("is_contiguous", 2, ["(2, 3, 4), (12, 4, 1)", "(3, 2), (1, 3)", "(2, 3), (0, 1)", "(2, 2), (3, 1)",
-                                "(6,), (1,)"]),
-    "q3": ("sliding_windows", 3, ["torch.arange(10), 3, 1", "torch.arange(10), 4, 2", "torch.arange(12.0), 3, 3",
-                                  "torch.arange(9), 2, 4"]),
+    "q2": (
+        "is_contiguous",
+        2,
+        ["(2, 3, 4), (12, 4, 1)", "(3, 2), (1, 3)", "(2, 3), (0, 1)", "(2, 2), (3, 1)", "(6,), (1,)"],
+    ),
+    "q3": (
+        "sliding_windows",
+        3,
+        ["torch.arange(10), 3, 1", "torch.arange(10), 4, 2", "torch.arange(12.0), 3, 3", "torch.arange(9), 2, 4"],
+    ),
     "q4": ("im2col", 3, ["torch.arange(16.0).reshape(1, 4, 4), 2", "torch.arange(30.0).reshape(2, 3, 5), 3"]),
     "q5": ("diagonal_view", 2, ["torch.arange(16).reshape(4, 4)", "torch.arange(9.0).reshape(3, 3)"]),
 }
@@ -150,11 +180,16 @@ def _otter_tests(folder: Path) -> None:
         cases = []
         for a in args:
             want = OTTER_EXPECT[fn].format(a=a)
-            code = (f">>> import torch\n>>> _got, _want = {fn}({a}), {want}\n"
-                    f">>> bool(torch.equal(torch.as_tensor(_got), torch.as_tensor(_want)))\nTrue")
+            code = (
+                f">>> import torch\n>>> _got, _want = {fn}({a}), {want}\n"
+                f">>> bool(torch.equal(torch.as_tensor(_got), torch.as_tensor(_want)))\nTrue"
+            )
             cases.append({"code": code, "hidden": False, "locked": False})
-        test = {"name": q, "points": points,
-                "suites": [{"cases": cases, "scored": True, "setup": "", "teardown": "", "type": "doctest"}]}
+        test = {
+            "name": q,
+            "points": points,
+            "suites": [{"cases": cases, "scored": True, "setup": "", "teardown": "", "type": "doctest"}],
+        }
         (folder / f"{q}.py").write_text("OK_FORMAT = True\n\ntest = " + pprint.pformat(test) + "\n")
 
 
@@ -171,21 +206,42 @@ class Otter:
         if not self.exe.exists():
             self.error = f"{self.exe} not found (see this script's docstring to install it in a throwaway venv)"
             return
-        ver = subprocess.run([str(self.python), "-c", "import otter; print(otter.__version__)"],
-                             capture_output=True, text=True)
+        ver = subprocess.run(
+            [str(self.python), "-c", "import otter; print(otter.__version__)"], capture_output=True, text=True
+        )
         self.version = ver.stdout.strip() or "?"
         # `otter run` executes the notebook in the `python3` kernel, which must import otter: point that
         # kernelspec at the venv's python (JUPYTER_PATH comes first in the kernelspec search path).
         kernel = self.dir / "jupyter" / "kernels" / "python3"
         kernel.mkdir(parents=True)
-        (kernel / "kernel.json").write_text(json.dumps({
-            "argv": [str(self.python), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-            "display_name": "Python 3 (otter venv)", "language": "python"}))
+        (kernel / "kernel.json").write_text(
+            json.dumps(
+                {
+                    "argv": [str(self.python), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                    "display_name": "Python 3 (otter venv)",
+                    "language": "python",
+                }
+            )
+        )
         self.env = {**os.environ, "JUPYTER_PATH": str(self.dir / "jupyter")}
         _otter_tests(self.dir / "tests")
-        gen = subprocess.run([str(self.exe), "generate", "-t", "tests", "-o", "autograder.zip", "--no-config",
-                              "--no-requirements", "--no-environment"], cwd=self.dir, capture_output=True, text=True,
-                             env=self.env)
+        gen = subprocess.run(
+            [
+                str(self.exe),
+                "generate",
+                "-t",
+                "tests",
+                "-o",
+                "autograder.zip",
+                "--no-config",
+                "--no-requirements",
+                "--no-environment",
+            ],
+            cwd=self.dir,
+            capture_output=True,
+            text=True,
+            env=self.env,
+        )
         if gen.returncode != 0:
             self.error = f"`otter generate` failed: {_last_line(gen)}"
 
@@ -193,8 +249,9 @@ class Otter:
         self._outs += 1
         out = self.dir / f"out{self._outs}"
         out.mkdir()
-        wall, proc = _timed([str(self.exe), "run", "-a", "autograder.zip", "-o", str(out), "--no-logo", str(sub)],
-                            self.dir, self.env)
+        wall, proc = _timed(
+            [str(self.exe), "run", "-a", "autograder.zip", "-o", str(out), "--no-logo", str(sub)], self.dir, self.env
+        )
         info: dict[str, Any] = {"rc": proc.returncode}
         res = out / "results.json"
         if res.exists():
@@ -224,9 +281,11 @@ def bench_one(sub: Path, repeats: int, otter: Otter | None) -> dict[str, Any]:
             wall, info = otter.run(sub) if name == "otter" else _ours_one(sub, name)  # type: ignore[union-attr]
             times[name].append(wall)
             infos[name].append(info)
-            print(f"  [one {i + 1}/{repeats}] {name:6s} {wall:6.2f} s  score {info.get('score')}/"
-                  f"{info.get('max_score')}  rc {info['rc']}{'  ' + info['error'] if 'error' in info else ''}",
-                  flush=True)
+            print(
+                f"  [one {i + 1}/{repeats}] {name:6s} {wall:6.2f} s  score {info.get('score')}/"
+                f"{info.get('max_score')}  rc {info['rc']}{'  ' + info['error'] if 'error' in info else ''}",
+                flush=True,
+            )
     return {name: {**_stats(times[name]), "last": infos[name][-1]} for name in times}
 
 
@@ -241,8 +300,11 @@ def bench_folder(work: Path, sub: Path, n: int, otter: Otter | None, otter_batch
         for jobs in (1, 2):
             info = _ours_folder(folder, mode, jobs, work / f"gb-{mode}-{jobs}.csv")
             res[f"{mode}-j{jobs}"] = info
-            print(f"  [folder] {mode:5s} -j {jobs}: {info['wall']:7.1f} s  full marks "
-                  f"{info.get('graded_full_marks', '?')}/{n}  rc {info['rc']}", flush=True)
+            print(
+                f"  [folder] {mode:5s} -j {jobs}: {info['wall']:7.1f} s  full marks "
+                f"{info.get('graded_full_marks', '?')}/{n}  rc {info['rc']}",
+                flush=True,
+            )
     if otter and otter_batch:
         total, scores = 0.0, []
         for path in sorted(folder.glob("*.ipynb")):
@@ -254,8 +316,9 @@ def bench_folder(work: Path, sub: Path, n: int, otter: Otter | None, otter_batch
     return res
 
 
-def report(one: dict[str, Any], folder: dict[str, Any] | None, n: int, repeats: int,
-           otter: Otter | None) -> dict[str, Any]:
+def report(
+    one: dict[str, Any], folder: dict[str, Any] | None, n: int, repeats: int, otter: Otter | None
+) -> dict[str, Any]:
     figures: dict[str, Any] = {"one": one, "goals": {}}
     otter_med = one.get("otter", {}).get("median")
     w = 84
@@ -270,14 +333,16 @@ def report(one: dict[str, Any], folder: dict[str, Any] | None, n: int, repeats: 
     for label, key in rows:
         r = one[key]
         last = r["last"]
-        score = f"{last.get('score', '?'):g}/{last.get('max_score', '?'):g}" if isinstance(
-            last.get("score"), (int, float)) and isinstance(last.get("max_score"), (int, float)) else "failed"
+        score = (
+            f"{last.get('score', '?'):g}/{last.get('max_score', '?'):g}"
+            if isinstance(last.get("score"), (int, float)) and isinstance(last.get("max_score"), (int, float))
+            else "failed"
+        )
         ratio = ""
         if key in MODES:
             if otter_med:
                 q = r["median"] / otter_med
-                figures["goals"][f"ratio_{key}"] = {"value": q, "goal": f"<= {GOAL_RATIO}",
-                                                    "met": q <= GOAL_RATIO}
+                figures["goals"][f"ratio_{key}"] = {"value": q, "goal": f"<= {GOAL_RATIO}", "met": q <= GOAL_RATIO}
                 ratio = f"{q:.2f}  (goal <= {GOAL_RATIO}: {_met(q <= GOAL_RATIO)})"
             else:
                 ratio = "n/a (no otter)"
@@ -295,35 +360,49 @@ def report(one: dict[str, Any], folder: dict[str, Any] | None, n: int, repeats: 
     for mode in MODES:
         for jobs in (1, 2):
             r = folder[f"{mode}-j{jobs}"]
-            print(f"{f'torchcontracts grade DIR --sandbox {mode} -j {jobs}':46s} {r['wall']:8.1f} "
-                  f"{r['wall'] / n:7.2f}  {r.get('graded_full_marks', '?'):>5}/{n:<4}  {r['rc']}")
+            print(
+                f"{f'torchcontracts grade DIR --sandbox {mode} -j {jobs}':46s} {r['wall']:8.1f} "
+                f"{r['wall'] / n:7.2f}  {r.get('graded_full_marks', '?'):>5}/{n:<4}  {r['rc']}"
+            )
     if "otter" in folder:
         r = folder["otter"]
-        print(f"{'otter run x ' + str(n) + ', sequential (measured)':46s} {r['wall']:8.1f} {r['wall'] / n:7.2f}  "
-              f"{r['full_marks']:>5}/{n:<4}")
+        print(
+            f"{'otter run x ' + str(n) + ', sequential (measured)':46s} {r['wall']:8.1f} {r['wall'] / n:7.2f}  "
+            f"{r['full_marks']:>5}/{n:<4}"
+        )
     elif otter_med:
         est = otter_med * n
         folder["otter"] = {"wall": est, "measured": False}
-        print(f"{'otter run x ' + str(n) + ' (EXTRAPOLATED: median x n)':46s} {est:8.1f} {otter_med:7.2f}  "
-              f"{'not run':>10s}")
+        print(
+            f"{'otter run x ' + str(n) + ' (EXTRAPOLATED: median x n)':46s} {est:8.1f} {otter_med:7.2f}  "
+            f"{'not run':>10s}"
+        )
     print("-" * w)
     for mode in MODES:
         sp = folder[f"{mode}-j1"]["wall"] / folder[f"{mode}-j2"]["wall"]
         figures["goals"][f"speedup_{mode}"] = {"value": sp, "goal": f">= {GOAL_SPEEDUP}", "met": sp >= GOAL_SPEEDUP}
-        print(f"speedup -j2/-j1, --sandbox {mode:5s}: {sp:5.2f}x    (goal >= {GOAL_SPEEDUP}: "
-              f"{_met(sp >= GOAL_SPEEDUP)})")
+        print(
+            f"speedup -j2/-j1, --sandbox {mode:5s}: {sp:5.2f}x    (goal >= {GOAL_SPEEDUP}: {_met(sp >= GOAL_SPEEDUP)})"
+        )
     for jobs in (1, 2):
         ov = (folder[f"bwrap-j{jobs}"]["wall"] - folder[f"none-j{jobs}"]["wall"]) / n
-        figures["goals"][f"sandbox_overhead_j{jobs}"] = {"value": ov, "goal": f"<= {GOAL_OVERHEAD} s",
-                                                         "met": ov <= GOAL_OVERHEAD}
-        print(f"sandbox overhead (bwrap - none)/{n}, -j {jobs}: {ov:+6.3f} s/submission    (goal <= {GOAL_OVERHEAD} s: "
-              f"{_met(ov <= GOAL_OVERHEAD)})")
+        figures["goals"][f"sandbox_overhead_j{jobs}"] = {
+            "value": ov,
+            "goal": f"<= {GOAL_OVERHEAD} s",
+            "met": ov <= GOAL_OVERHEAD,
+        }
+        print(
+            f"sandbox overhead (bwrap - none)/{n}, -j {jobs}: {ov:+6.3f} s/submission    (goal <= {GOAL_OVERHEAD} s: "
+            f"{_met(ov <= GOAL_OVERHEAD)})"
+        )
     if "otter" in folder:
         o = folder["otter"]["wall"]
         tag = "measured" if folder["otter"]["measured"] else "otter EXTRAPOLATED"
         best = min(folder[f"{m}-j{j}"]["wall"] for m in MODES for j in (1, 2))
-        print(f"folder vs otter sequential ({tag}): bwrap -j1 {folder['bwrap-j1']['wall'] / o:.2f}, "
-              f"bwrap -j2 {folder['bwrap-j2']['wall'] / o:.2f}, best of ours {best / o:.2f}")
+        print(
+            f"folder vs otter sequential ({tag}): bwrap -j1 {folder['bwrap-j1']['wall'] / o:.2f}, "
+            f"bwrap -j2 {folder['bwrap-j2']['wall'] / o:.2f}, best of ours {best / o:.2f}"
+        )
     print("=" * w)
     return figures
 
@@ -334,8 +413,11 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=5, help="runs per command for one submission (default 5)")
     p.add_argument("--skip-otter", action="store_true", help="do not run otter-grader")
     p.add_argument("--skip-folder", action="store_true", help="only part 1 (one submission)")
-    p.add_argument("--otter-batch", action="store_true",
-                   help="run `otter run` over the n files one by one (default: extrapolate from part 1)")
+    p.add_argument(
+        "--otter-batch",
+        action="store_true",
+        help="run `otter run` over the n files one by one (default: extrapolate from part 1)",
+    )
     p.add_argument("--otter-venv", type=Path, default=Path("/tmp/otter-venv"), help="venv holding otter-grader")
     p.add_argument("--json", type=Path, metavar="OUT", help="write the figures as JSON to OUT")
     args = p.parse_args()
@@ -343,16 +425,25 @@ def main() -> None:
         print("note: bwrap not found; the --sandbox bwrap runs will fail and say so")
     work = Path(tempfile.mkdtemp(prefix="bench-grade-"))
     load0 = os.getloadavg()
-    env = {"python": platform.python_version(), "cpus": os.cpu_count(), "loadavg_start": load0,
-           "n": args.n, "repeats": args.repeats, "lab": LAB}
+    env = {
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "loadavg_start": load0,
+        "n": args.n,
+        "repeats": args.repeats,
+        "lab": LAB,
+    }
     try:
         import torch
 
         env["torch"] = torch.__version__
     except ImportError:
         pass
-    print(f"bench_grade: {LAB}, python {env['python']}, torch {env.get('torch', '?')}, {env['cpus']} CPUs, "
-          f"load average {load0[0]:.1f} {load0[1]:.1f} {load0[2]:.1f}", flush=True)
+    print(
+        f"bench_grade: {LAB}, python {env['python']}, torch {env.get('torch', '?')}, {env['cpus']} CPUs, "
+        f"load average {load0[0]:.1f} {load0[1]:.1f} {load0[2]:.1f}",
+        flush=True,
+    )
     try:
         sub = work / "one.ipynb"
         sub.write_text(nbformat.writes(_solution_submission()))
@@ -366,8 +457,10 @@ def main() -> None:
         load1 = os.getloadavg()
         env["loadavg_end"] = load1
         figures = report(one, folder, args.n, args.repeats, otter)
-        print(f"load average at the end: {load1[0]:.1f} {load1[1]:.1f} {load1[2]:.1f} "
-              f"(on {env['cpus']} CPUs; a load above the CPU count inflates every figure)")
+        print(
+            f"load average at the end: {load1[0]:.1f} {load1[1]:.1f} {load1[2]:.1f} "
+            f"(on {env['cpus']} CPUs; a load above the CPU count inflates every figure)"
+        )
         if args.json:
             args.json.write_text(json.dumps({"environment": env, **figures}, indent=2, default=str))
             print(f"wrote {args.json}")

@@ -58,8 +58,10 @@ def phase(name: str, min_run_time: float) -> tuple[dict[str, Timing], dict[str, 
     new = {label: time_fn(fn, label=label, min_run_time=min_run_time) for label, fn in ops().items()}
     old = {label: old_median(fn, min_run_time) for label, fn in ops().items()}
     load1 = os.getloadavg()
-    print(f"{name}: {time.perf_counter() - t0:.1f} s, load average before {_load(load0)}, after {_load(load1)}, "
-          f"{torch.get_num_threads()} torch threads, {os.cpu_count()} CPUs")
+    print(
+        f"{name}: {time.perf_counter() - t0:.1f} s, load average before {_load(load0)}, after {_load(load1)}, "
+        f"{torch.get_num_threads()} torch threads, {os.cpu_count()} CPUs"
+    )
     return new, old
 
 
@@ -88,15 +90,19 @@ def report(quiet: dict[str, Timing], busy: dict[str, Timing], old_q: dict[str, f
     for label in quiet:
         q, b = quiet[label], busy[label]
         r = b.ratio(q)
-        print(f"{label:22} {figure(q):>9} {figure(b):>9} {'noisy' if r is None else f'{r:.2f}':>10}  "
-              f"{verdict(q, b):32} {_human(old_q[label]):>9} {_human(old_b[label]):>9} {old_b[label] / old_q[label]:7.2f}")
+        print(
+            f"{label:22} {figure(q):>9} {figure(b):>9} {'noisy' if r is None else f'{r:.2f}':>10}  "
+            f"{verdict(q, b):32} {_human(old_q[label]):>9} {_human(old_b[label]):>9} {old_b[label] / old_q[label]:7.2f}"
+        )
     print()
     for name, timings in (("quiet", quiet), ("busy", busy)):
         for t in timings.values():
             print(f"  {name:5} {t}  [cpu/wall {t.cpu_wall_ratio:.2f}]")
     met = all(verdict(quiet[k], busy[k]).startswith("ok") for k in quiet)
-    print(f"\nrequirement (busy figure within {TOLERANCE:.0%} of quiet, or '{NOISY}'): "
-          f"{'met' if met else 'NOT MET or not comparable'} on every row")
+    print(
+        f"\nrequirement (busy figure within {TOLERANCE:.0%} of quiet, or '{NOISY}'): "
+        f"{'met' if met else 'NOT MET or not comparable'} on every row"
+    )
 
 
 def main() -> None:

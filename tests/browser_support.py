@@ -26,8 +26,13 @@ from pathlib import Path
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_FLAGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--no-first-run",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
 ]
 REQUIRE_ENV = "TC_REQUIRE_BROWSER"
 NOTEBOOK_TIMEOUT_S = 180.0  # Run All to idle, per notebook
@@ -59,7 +64,7 @@ def _proc_table() -> dict[int, tuple[int, str, str]]:
             stat = Path(f"/proc/{entry}/stat").read_text()
         except OSError:
             continue
-        rest = stat[stat.rindex(")") + 2:].split()
+        rest = stat[stat.rindex(")") + 2 :].split()
         table[int(entry)] = (int(rest[1]), rest[19], rest[0])
     return table
 
@@ -115,9 +120,13 @@ class LabServer:
 
     def start(self, timeout: float = 90.0) -> None:
         env = {k: v for k, v in os.environ.items() if k != "MPLBACKEND"}  # an Agg backend would hide plots
-        for name, var in [("settings", "JUPYTERLAB_SETTINGS_DIR"), ("workspaces", "JUPYTERLAB_WORKSPACES_DIR"),
-                          ("runtime", "JUPYTER_RUNTIME_DIR"), ("config", "JUPYTER_CONFIG_DIR"),
-                          ("ipython", "IPYTHONDIR")]:
+        for name, var in [
+            ("settings", "JUPYTERLAB_SETTINGS_DIR"),
+            ("workspaces", "JUPYTERLAB_WORKSPACES_DIR"),
+            ("runtime", "JUPYTER_RUNTIME_DIR"),
+            ("config", "JUPYTER_CONFIG_DIR"),
+            ("ipython", "IPYTHONDIR"),
+        ]:
             (self.state / name).mkdir(parents=True, exist_ok=True)
             env[var] = str(self.state / name)
         # No "get notified about Jupyter news?" toast over the screenshots, and no calls out for news.
@@ -128,15 +137,30 @@ class LabServer:
         for _ in range(3):  # a free port can be taken between bind and the server's own bind: try another
             self.port = free_port()
             cmd = [
-                sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root",
-                "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={self.port}", "--ServerApp.port_retries=0",
-                f"--ServerApp.root_dir={self.root}", f"--IdentityProvider.token={self.token}",
-                "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+                sys.executable,
+                "-m",
+                "jupyterlab",
+                "--no-browser",
+                "--allow-root",
+                "--ServerApp.ip=127.0.0.1",
+                f"--ServerApp.port={self.port}",
+                "--ServerApp.port_retries=0",
+                f"--ServerApp.root_dir={self.root}",
+                f"--IdentityProvider.token={self.token}",
+                "--LabApp.news_url=",
+                "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
                 "--LabApp.expose_app_in_browser=True",
             ]
             with open(self.log, "ab") as log:
-                self.proc = subprocess.Popen(cmd, cwd=self.root, env=env, stdin=subprocess.DEVNULL,
-                                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                self.proc = subprocess.Popen(
+                    cmd,
+                    cwd=self.root,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
             deadline = time.monotonic() + timeout
             while time.monotonic() < deadline and self.proc.poll() is None:
                 try:
@@ -154,9 +178,12 @@ class LabServer:
 
     def api(self, method: str, path: str, body: dict | None = None, timeout: float = 30) -> object:
         data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(self.url + path, data=data, method=method,
-                                     headers={"Authorization": f"token {self.token}",
-                                              "Content-Type": "application/json"})
+        req = urllib.request.Request(
+            self.url + path,
+            data=data,
+            method=method,
+            headers={"Authorization": f"token {self.token}", "Content-Type": "application/json"},
+        )
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             text = resp.read()
         return json.loads(text) if text else None
@@ -218,8 +245,9 @@ def copy_course(src_root: Path, dest: Path) -> Path:
 
     dest.mkdir(parents=True, exist_ok=True)
     for folder in ("notebooks", "labs"):
-        shutil.copytree(src_root / folder, dest / folder,
-                        ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
+        shutil.copytree(
+            src_root / folder, dest / folder, ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__")
+        )
     shutil.copy2(src_root / "README.md", dest / "README.md")
     for path in dest.rglob("*.ipynb"):
         nb = nbformat.read(path, as_version=4)
@@ -239,8 +267,7 @@ class Browser:
 
         before = descendants(os.getpid())
         self._pw = sync_playwright().start()
-        self.browser = self._pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_FLAGS,
-                                                headless=True)
+        self.browser = self._pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_FLAGS, headless=True)
         self._procs = {p: s for p, s in descendants(os.getpid()).items() if before.get(p) != s}
 
     def close(self) -> list[str]:
@@ -253,19 +280,27 @@ class Browser:
 
 # JS run in the page. `nb()` is the open notebook panel (the app is exposed by --LabApp.expose_app_in_browser).
 _JS_PANEL = "const nb = () => window.jupyterapp.shell.currentWidget;"
-JS_READY = _JS_PANEL + """
+JS_READY = (
+    _JS_PANEL
+    + """
 () => { const p = window.jupyterapp && nb();
   return !!(p && p.content && p.context && p.context.path === %s && p.sessionContext
             && p.sessionContext.session && p.sessionContext.session.kernel
             && p.sessionContext.session.kernel.status === 'idle'); }"""
-JS_STATE = _JS_PANEL + """
+)
+JS_STATE = (
+    _JS_PANEL
+    + """
 () => { const p = nb(); const k = p.sessionContext.session && p.sessionContext.session.kernel;
   const code = p.content.widgets.filter(w => w.model.type === 'code');
   return { kernel: k ? k.status : 'none',
            running: code.map((w, i) => w.model.executionState === 'running' ? i : -1).filter(i => i >= 0),
            counts: code.map(w => w.model.executionCount),
            prompts: code.map(w => (w.node.querySelector('.jp-InputArea-prompt') || {}).textContent || '') }; }"""
-JS_WIDGETS = _JS_PANEL + """
+)
+JS_WIDGETS = (
+    _JS_PANEL
+    + """
 () => { const p = nb(); const res = [];
   p.content.widgets.filter(w => w.model.type === 'code').forEach((w, i) => {
     const outs = w.model.outputs.toJSON();
@@ -275,7 +310,9 @@ JS_WIDGETS = _JS_PANEL + """
     const text = w.outputArea.node.textContent;
     if (want || got) res.push({cell: i, want, got, error: /Error displaying widget/.test(text)});
   });
-  return { views: res, errorText: /Error displaying widget/.test(p.content.node.textContent) }; }""" % WIDGET_MIME
+  return { views: res, errorText: /Error displaying widget/.test(p.content.node.textContent) }; }"""
+    % WIDGET_MIME
+)
 # An explorer: a widget view at the top of an output holding a dropdown (<select>) and a picture (<img>).
 EXPLORERS = ".jp-OutputArea-output > .jupyter-widgets:has(select):has(img)"
 JS_PICTURE = """
@@ -319,9 +356,11 @@ def _state(page) -> dict:
 
 def _run_all(page, report: Report, attempts: int = 5) -> None:
     """Run > Run All Cells through the menu; retry while the click is swallowed (no cell starts)."""
-    started = ("() => { const p = window.jupyterapp.shell.currentWidget;"
-               " return p.content.widgets.some(w => w.model.type === 'code' &&"
-               " (w.model.executionState === 'running' || w.model.executionCount !== null)); }")
+    started = (
+        "() => { const p = window.jupyterapp.shell.currentWidget;"
+        " return p.content.widgets.some(w => w.model.type === 'code' &&"
+        " (w.model.executionState === 'running' || w.model.executionCount !== null)); }"
+    )
     for attempt in range(1, attempts + 1):
         page.keyboard.press("Escape")
         page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
@@ -348,8 +387,10 @@ def _wait_finished(page, timeout: float) -> dict:
             return st
         time.sleep(0.5)
     st = _state(page)
-    raise Timeout(f"Run All did not finish within {timeout:.0f} s (kernel {st['kernel']}, "
-                  f"code cells still running or queued: {st['running'][:8]})")
+    raise Timeout(
+        f"Run All did not finish within {timeout:.0f} s (kernel {st['kernel']}, "
+        f"code cells still running or queued: {st['running'][:8]})"
+    )
 
 
 def _check_widgets(page, problems: list[str]) -> None:
@@ -364,8 +405,9 @@ def _check_widgets(page, problems: list[str]) -> None:
         if v["error"]:
             problems.append(f"code cell {v['cell']}: 'Error displaying widget'")
         elif v["got"] < v["want"]:
-            problems.append(f"code cell {v['cell']}: {v['want'] - v['got']} widget(s) not rendered "
-                            f"within {WIDGET_TIMEOUT_S:.0f} s")
+            problems.append(
+                f"code cell {v['cell']}: {v['want'] - v['got']} widget(s) not rendered within {WIDGET_TIMEOUT_S:.0f} s"
+            )
     if w["errorText"] and not any("Error displaying widget" in p for p in problems):
         problems.append("'Error displaying widget' shown in the notebook")
 
@@ -375,8 +417,10 @@ def _check_explorers(page, expected: int, shots: Path, stem: str, problems: list
     explorers = page.locator(EXPLORERS)
     found = explorers.count()
     if found != expected:
-        problems.append(f"expected {expected} explorer(s) (cells calling *explorer(...)), found {found} "
-                        f"rendered with a dropdown and a picture")
+        problems.append(
+            f"expected {expected} explorer(s) (cells calling *explorer(...)), found {found} "
+            f"rendered with a dropdown and a picture"
+        )
     for i in range(found):
         ex = explorers.nth(i)
         ex.scroll_into_view_if_needed()
@@ -427,8 +471,9 @@ def _saved_errors(server: LabServer, page, relpath: str) -> dict:
     return nb
 
 
-def check_notebook(server: LabServer, browser: Browser, relpath: str, kind: str, shots: Path,
-                   timeout: float = NOTEBOOK_TIMEOUT_S) -> Report:
+def check_notebook(
+    server: LabServer, browser: Browser, relpath: str, kind: str, shots: Path, timeout: float = NOTEBOOK_TIMEOUT_S
+) -> Report:
     """Open `relpath` in JupyterLab, Run All, and return the problems found.
 
     kind "lesson": no error output, every code cell ran, widgets render, explorers redraw on a dropdown change.
@@ -441,17 +486,24 @@ def check_notebook(server: LabServer, browser: Browser, relpath: str, kind: str,
     stem = relpath.replace("/", "_").removesuffix(".ipynb")
     shots.mkdir(parents=True, exist_ok=True)
     source = json.loads((server.root / relpath).read_text())
-    expected_explorers = sum(1 for c in source["cells"] if c["cell_type"] == "code"
-                             and EXPLORER_CALL.search("".join(c["source"])))
+    expected_explorers = sum(
+        1 for c in source["cells"] if c["cell_type"] == "code" and EXPLORER_CALL.search("".join(c["source"]))
+    )
     context = browser.browser.new_context(viewport={"width": 1400, "height": 1000})
     page = context.new_page()
     console_errors: list[str] = []
     page.on("pageerror", lambda exc: console_errors.append(str(exc)[:200]))
     try:
-        page.goto(f"{server.url}/lab/tree/{urllib.parse.quote(relpath)}?reset&token={server.token}",
-                  timeout=OPEN_TIMEOUT_S * 1000)
-        _wait(page, JS_READY % json.dumps(relpath), timeout=OPEN_TIMEOUT_S,
-              what="the notebook opening with an idle kernel")
+        page.goto(
+            f"{server.url}/lab/tree/{urllib.parse.quote(relpath)}?reset&token={server.token}",
+            timeout=OPEN_TIMEOUT_S * 1000,
+        )
+        _wait(
+            page,
+            JS_READY % json.dumps(relpath),
+            timeout=OPEN_TIMEOUT_S,
+            what="the notebook opening with an idle kernel",
+        )
         report.phases["open"] = time.monotonic() - t0
         _run_all(page, report)
         t_run = time.monotonic()

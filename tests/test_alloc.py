@@ -10,8 +10,23 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from torchcontracts.lessons.l03_memory.alloc import AllocatorModel, Config, Constants, KiB, MiB, ModelOOM, constants, header_constants
-from torchcontracts.lessons.l03_memory.alloc_viz import fragmentation_trace, parse_size, parse_trace, replay, timeline_from_events
+from torchcontracts.lessons.l03_memory.alloc import (
+    AllocatorModel,
+    Config,
+    Constants,
+    KiB,
+    MiB,
+    ModelOOM,
+    constants,
+    header_constants,
+)
+from torchcontracts.lessons.l03_memory.alloc_viz import (
+    fragmentation_trace,
+    parse_size,
+    parse_trace,
+    replay,
+    timeline_from_events,
+)
 
 
 # -- constants ---------------------------------------------------------------------------------
@@ -46,8 +61,18 @@ def test_sizes_round_up_to_512_bytes(size, rounded):
     assert AllocatorModel().round_size(size) == rounded
 
 
-@pytest.mark.parametrize("size, segment", [(1, 2 * MiB), (MiB, 2 * MiB), (MiB + 1, 20 * MiB), (10 * MiB - 512, 20 * MiB),
-                                           (10 * MiB, 10 * MiB), (11 * MiB, 12 * MiB), (33 * MiB + 1, 34 * MiB)])
+@pytest.mark.parametrize(
+    "size, segment",
+    [
+        (1, 2 * MiB),
+        (MiB, 2 * MiB),
+        (MiB + 1, 20 * MiB),
+        (10 * MiB - 512, 20 * MiB),
+        (10 * MiB, 10 * MiB),
+        (11 * MiB, 12 * MiB),
+        (33 * MiB + 1, 34 * MiB),
+    ],
+)
 def test_segment_size_follows_the_pool_policy(size, segment):
     m = AllocatorModel()
     m.malloc("a", size)
@@ -70,7 +95,11 @@ def test_config_parses_alloc_conf_strings_and_refuses_unknown_keys():
 
 
 def test_parse_trace_reads_units_and_reports_bad_lines():
-    assert parse_trace("alloc a 1.5MiB\nfree a # done\nempty_cache") == [("alloc", "a", 1572864), ("free", "a"), ("empty_cache",)]
+    assert parse_trace("alloc a 1.5MiB\nfree a # done\nempty_cache") == [
+        ("alloc", "a", 1572864),
+        ("free", "a"),
+        ("empty_cache",),
+    ]
     assert parse_size("300KiB") == 300 * 1024
     with pytest.raises(ValueError, match="trace line 1"):
         parse_trace("malloc a 3")
@@ -122,9 +151,9 @@ def test_golden_fragmentation_experiment():
     steps = replay(fragmentation_trace(8, 6.0, "every other", 12.0))
     before, after_big, after_empty = steps[-3], steps[-2], steps[-1]
     assert (before.allocated, before.reserved, before.segments) == (24 * MiB, 60 * MiB, 3)
-    assert before.inactive_split_bytes == 36 * MiB            # free, but none of it is a 12 MiB piece
+    assert before.inactive_split_bytes == 36 * MiB  # free, but none of it is a 12 MiB piece
     assert (after_big.allocated, after_big.reserved, after_big.segments) == (36 * MiB, 72 * MiB, 4)
-    assert after_empty.reserved == 72 * MiB                  # empty_cache cannot release split segments
+    assert after_empty.reserved == 72 * MiB  # empty_cache cannot release split segments
 
 
 def test_golden_best_fit_takes_the_smallest_hole_then_the_lowest_address():
@@ -134,11 +163,11 @@ def test_golden_best_fit_takes_the_smallest_hole_then_the_lowest_address():
     for i in (0, 2, 4, 6):
         m.free(f"t{i}")
     first = min(m.segments.values(), key=lambda s: s.addr)
-    assert m.malloc("x", 6 * MiB).addr == first.addr      # a 6 MiB hole beats the 8 MiB ones
+    assert m.malloc("x", 6 * MiB).addr == first.addr  # a 6 MiB hole beats the 8 MiB ones
     # next: an 8 MiB hole; 1 MiB would remain, which is not > kSmallSize, so the whole 8 MiB is used
     assert m.malloc("y", 7 * MiB).size == 8 * MiB
-    assert m.malloc("z", 5 * MiB).size == 6 * MiB         # a 6 MiB hole again, used whole (1 MiB remainder)
-    assert m.malloc("w", 4 * MiB).size == 4 * MiB         # the last 6 MiB hole: 2 MiB remain, split
+    assert m.malloc("z", 5 * MiB).size == 6 * MiB  # a 6 MiB hole again, used whole (1 MiB remainder)
+    assert m.malloc("w", 4 * MiB).size == 4 * MiB  # the last 6 MiB hole: 2 MiB remain, split
 
 
 def test_golden_max_split_size_keeps_oversize_blocks_whole():
@@ -161,7 +190,9 @@ def test_oom_message_reports_reserved_but_unallocated_memory():
     m = AllocatorModel(Config(capacity=64 * MiB))
     for op in parse_trace(fragmentation_trace(8, 6.0, "every other", 12.0))[:-2]:
         m.malloc(op[1], op[2]) if op[0] == "alloc" else m.free(op[1])
-    with pytest.raises(ModelOOM, match=r"Tried to allocate 12.00 MiB.*36.00 MiB is reserved by PyTorch but unallocated"):
+    with pytest.raises(
+        ModelOOM, match=r"Tried to allocate 12.00 MiB.*36.00 MiB is reserved by PyTorch but unallocated"
+    ):
         m.malloc("big", 12 * MiB)
 
 
@@ -176,8 +207,11 @@ def test_snapshot_timeline_ends_where_the_model_is():
 
 # -- properties ----------------------------------------------------------------------------------
 sizes = st.one_of(st.integers(1, MiB), st.integers(MiB + 1, 10 * MiB), st.integers(10 * MiB, 48 * MiB))
-ops = st.lists(st.tuples(st.sampled_from(["alloc", "alloc", "free", "empty_cache"]), sizes, st.integers(0, 10**6)),
-               min_size=1, max_size=40)
+ops = st.lists(
+    st.tuples(st.sampled_from(["alloc", "alloc", "free", "empty_cache"]), sizes, st.integers(0, 10**6)),
+    min_size=1,
+    max_size=40,
+)
 configs = st.sampled_from([Config(), Config(max_split_size=16 * MiB), Config(roundup_power2_divisions=4)])
 
 
@@ -301,11 +335,11 @@ def test_explorer_renders_and_rerenders_when_a_control_changes(monkeypatch, caps
     monkeypatch.setattr("IPython.display.display", lambda obj: shown.append(obj))
     box = explorer()
     first = capsys.readouterr().out
-    box.children[0].children[0].value = 7.0            # tensor MiB
+    box.children[0].children[0].value = 7.0  # tensor MiB
     second = capsys.readouterr().out
-    box.children[1].children[0].value = "first half"   # order of frees
+    box.children[1].children[0].value = "first half"  # order of frees
     third = capsys.readouterr().out
     assert shown == [box]
-    assert "reserved 72.00 MiB" in first                # the lesson's experiment, as in the golden trace
+    assert "reserved 72.00 MiB" in first  # the lesson's experiment, as in the golden trace
     assert "reserved" in second and second != first and third != second
     plt.close("all")

@@ -13,7 +13,6 @@ times land in browser-artifacts/ at the repo root (gitignored).
 from __future__ import annotations
 
 import os
-import time
 
 import pytest
 
@@ -29,13 +28,19 @@ ARTIFACTS = ROOT / "browser-artifacts"
 # tests/test_ledger_explorers.py).
 BROWSER_ALL_ENV = "TC_BROWSER_ALL"
 DEFAULT_LESSONS = ("00", "03", "10")
-LESSONS = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "notebooks").glob("*.ipynb")
-                 if os.environ.get(BROWSER_ALL_ENV, "") not in ("", "0") or p.name[:2] in DEFAULT_LESSONS)
+LESSONS = sorted(
+    p.relative_to(ROOT).as_posix()
+    for p in (ROOT / "notebooks").glob("*.ipynb")
+    if os.environ.get(BROWSER_ALL_ENV, "") not in ("", "0") or p.name[:2] in DEFAULT_LESSONS
+)
 # Every student lab is also executed by the lab contract test (tests/test_lab_contract.py), which asserts it raises
 # nothing but the NotImplementedError of its TODOs; the browser checks lab 01 as the front end shows it.
 DEFAULT_LABS = ("lab01",)
-LABS = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "labs").glob("*.ipynb")
-              if os.environ.get(BROWSER_ALL_ENV, "") not in ("", "0") or p.name.startswith(DEFAULT_LABS))
+LABS = sorted(
+    p.relative_to(ROOT).as_posix()
+    for p in (ROOT / "labs").glob("*.ipynb")
+    if os.environ.get(BROWSER_ALL_ENV, "") not in ("", "0") or p.name.startswith(DEFAULT_LABS)
+)
 CASES = [(p, "lesson") for p in LESSONS] + [(p, "lab") for p in LABS]
 
 
@@ -77,10 +82,12 @@ def lab(tmp_path_factory):
 def _check(lab, relpath: str, kind: str, label: str | None = None):
     server, browser, timings = lab
     report = check_notebook(server, browser, relpath, kind, ARTIFACTS)
-    line = (f"{label or relpath}: run all -> idle {report.seconds:.1f} s, whole check {report.total_seconds:.1f} s"
-            + f" ({', '.join(f'{k} {v:.1f}' for k, v in report.phases.items())})"
-            + (f"; notes: {'; '.join(report.notes)}" if report.notes else "")
-            + (f"; problems: {len(report.problems)}" if report.problems else ""))
+    line = (
+        f"{label or relpath}: run all -> idle {report.seconds:.1f} s, whole check {report.total_seconds:.1f} s"
+        + f" ({', '.join(f'{k} {v:.1f}' for k, v in report.phases.items())})"
+        + (f"; notes: {'; '.join(report.notes)}" if report.notes else "")
+        + (f"; problems: {len(report.problems)}" if report.problems else "")
+    )
     timings.append(line)
     print(line)
     return report
@@ -103,6 +110,7 @@ def test_checker_reports_a_broken_lesson(lab):
     broken_copy(ROOT / "notebooks" / "00_start_here.ipynb", server.root / relpath)
     report = _check(lab, relpath, "lesson", label=f"{relpath} (deliberately broken)")
     assert any("RuntimeError" in p and "deliberately broken" in p for p in report.problems), (
-        f"the checker missed the deliberate RuntimeError; it reported {report.problems}")
+        f"the checker missed the deliberate RuntimeError; it reported {report.problems}"
+    )
     # Run All stops at the error, so the cells after it never ran: the checker says so too.
     assert any("never ran" in p for p in report.problems), report.problems

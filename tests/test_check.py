@@ -19,13 +19,16 @@ def test_compare_reports_exact_close_and_wrong():
     assert not wrong.ok and wrong.max_abs_diff == 1.0 and "values differ" in wrong.line()
 
 
-@pytest.mark.parametrize("answer, reason", [
-    (None, "expected a torch.Tensor"),
-    ([1, 2], "expected a torch.Tensor"),
-    (torch.zeros(2, 3), "wrong shape"),
-    (torch.arange(6), "wrong dtype"),
-    (torch.full((6,), float("nan")), "NaN"),
-])
+@pytest.mark.parametrize(
+    "answer, reason",
+    [
+        (None, "expected a torch.Tensor"),
+        ([1, 2], "expected a torch.Tensor"),
+        (torch.zeros(2, 3), "wrong shape"),
+        (torch.arange(6), "wrong dtype"),
+        (torch.full((6,), float("nan")), "NaN"),
+    ],
+)
 def test_compare_names_what_is_wrong_without_raising(answer, reason):
     row = compare("ans", answer, torch.arange(6.0))
     assert not row.ok and reason in row.status
@@ -52,8 +55,9 @@ def _spec() -> LabSpec:
     def judge(case, out):
         return [compare("double", out, case.args[0] * 2)]
 
-    return LabSpec("labXX_demo", "demo", [Task("t1", "double it", 1, "double")],
-                   [Check("t1", "t1 public", cases, judge)])
+    return LabSpec(
+        "labXX_demo", "demo", [Task("t1", "double it", 1, "double")], [Check("t1", "t1 public", cases, judge)]
+    )
 
 
 def test_labspec_check_passes_right_answer_and_explains_wrong_ones(capsys):
@@ -95,8 +99,7 @@ def test_judge_that_crashes_becomes_a_failed_row_not_a_crash():
 
 def test_hidden_checks_register_and_verify_but_not_while_grading():
     spec = _spec()
-    hidden = Check("t1", "t1 hidden", spec.checks[0].cases,
-                   lambda c, o: [compare("d", o, c.args[0] * 2)], hidden=True)
+    hidden = Check("t1", "t1 hidden", spec.checks[0].cases, lambda c, o: [compare("d", o, c.args[0] * 2)], hidden=True)
     spec.add_hidden(hidden)
     spec.verify_hidden({"double": lambda x: x * 2})
     with pytest.raises(AssertionError, match="hidden checks fail"):
@@ -137,10 +140,16 @@ def test_a_check_takes_its_target_from_its_task():
     assert spec.checks_for("t1", hidden=True)[0].target == "double"
 
 
-@pytest.mark.parametrize("check, message", [
-    (Check("t9", "t9 stray", lambda s: [], lambda c, o: []), "names unknown task 't9'"),
-    (Check("t1", "t1 other", "triple", lambda s: [], lambda c, o: []), "targets `triple`, but task t1 asks for `double`"),
-])
+@pytest.mark.parametrize(
+    "check, message",
+    [
+        (Check("t9", "t9 stray", lambda s: [], lambda c, o: []), "names unknown task 't9'"),
+        (
+            Check("t1", "t1 other", "triple", lambda s: [], lambda c, o: []),
+            "targets `triple`, but task t1 asks for `double`",
+        ),
+    ],
+)
 def test_labspec_rejects_a_check_whose_task_or_target_is_wrong(check, message):
     with pytest.raises(ValueError, match=message):
         LabSpec("labXX_demo", "demo", [Task("t1", "double it", 1, "double")], [check])

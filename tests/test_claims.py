@@ -14,9 +14,17 @@ from torchcontracts.core.claims import LEDGER_ENV, ClaimContradicted, all_claims
 from conftest import ROOT, read
 
 VERDICT_CALL = re.compile(r"verdict\(\s*[\"'](C\d+b?)[\"']")
-LESSON_STEMS = {"01": "01_tensor_contracts", "02": "02_autograd_engine", "03": "03_memory_contracts",
-                "04": "04_async_and_timing", "05": "05_data_pipeline", "06": "06_training_contracts",
-                "07": "07_compile_and_profile", "08": "08_deployment", "09": "09_distributed"}
+LESSON_STEMS = {
+    "01": "01_tensor_contracts",
+    "02": "02_autograd_engine",
+    "03": "03_memory_contracts",
+    "04": "04_async_and_timing",
+    "05": "05_data_pipeline",
+    "06": "06_training_contracts",
+    "07": "07_compile_and_profile",
+    "08": "08_deployment",
+    "09": "09_distributed",
+}
 # What each lesson must cover: read from the claims data's `lesson` column (data/claim_places.csv),
 # the one place that says which lesson owns a claim. Lessons not written yet are skipped.
 OWNED = {stem: " ".join(owned_by(num)) for num, stem in LESSON_STEMS.items()}
@@ -39,8 +47,11 @@ def test_every_claim_has_one_lesson_and_the_seed_section_that_holds_its_words():
     if not seeds.is_dir():
         pytest.skip("the seed articles (../shared/seeds) are not on this machine")
     texts = {p.name: p.read_text(encoding="utf-8") for p in seeds.glob("*.txt")}
-    wrong = {c.id: (c.section, seed_section(c.zh, texts[c.seed_file])) for c in claims.values()
-             if c.section != seed_section(c.zh, texts[c.seed_file]) or not c.section}
+    wrong = {
+        c.id: (c.section, seed_section(c.zh, texts[c.seed_file]))
+        for c in claims.values()
+        if c.section != seed_section(c.zh, texts[c.seed_file]) or not c.section
+    }
     assert not wrong, f"data/claim_places.csv sections disagree with the seeds: {wrong}"
 
 

@@ -14,14 +14,19 @@ def _cell(monkeypatch, installed: bool):
     import importlib.util
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: (real("torch") if installed else None) if name == "torchcontracts" else real(name, *a))
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: (real("torch") if installed else None) if name == "torchcontracts" else real(name, *a),
+    )
     return fn
 
 
 def test_outside_colab_it_runs_nothing(monkeypatch):
     calls: list = []
-    msg = _cell(monkeypatch, installed=False)(dict(sys.modules), "https://example.invalid/x.git", [str(ROOT)], calls.append)
+    msg = _cell(monkeypatch, installed=False)(
+        dict(sys.modules), "https://example.invalid/x.git", [str(ROOT)], calls.append
+    )
     assert calls == [] and msg.startswith("not Colab")
 
 
@@ -53,6 +58,7 @@ def test_on_colab_with_nothing_to_install_it_says_what_to_do_in_one_line(monkeyp
 
 
 def test_a_failed_pip_is_one_line_not_a_traceback(monkeypatch):
-    msg = _cell(monkeypatch, installed=False)({"google.colab": object()}, "https://git.example/c.git", ["/nowhere"],
-                                              lambda cmd: 1)
+    msg = _cell(monkeypatch, installed=False)(
+        {"google.colab": object()}, "https://git.example/c.git", ["/nowhere"], lambda cmd: 1
+    )
     assert "failed (exit 1)" in msg and "\n" not in msg

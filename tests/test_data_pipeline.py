@@ -16,10 +16,26 @@ import torch
 from torch.utils.data import DataLoader, Dataset, get_worker_info
 
 from torchcontracts.lessons.l05_data.data_pipeline import (
-    PARENT_MARK, DrawDataset, ModuleDataset, ShardedStream, close_workers, dataloader_workers, descendants,
-    process_memory, record_draws, seed_worker, seeded_loader, worker_iter,
+    PARENT_MARK,
+    DrawDataset,
+    ModuleDataset,
+    ShardedStream,
+    close_workers,
+    dataloader_workers,
+    descendants,
+    process_memory,
+    record_draws,
+    seed_worker,
+    seeded_loader,
+    worker_iter,
 )
-from torchcontracts.lessons.l05_data.throughput import EpochTimes, plot_stages, plot_throughput, throughput_table, time_epochs
+from torchcontracts.lessons.l05_data.throughput import (
+    EpochTimes,
+    plot_stages,
+    plot_throughput,
+    throughput_table,
+    time_epochs,
+)
 from torchcontracts.core.timing import Timing
 
 
@@ -31,6 +47,7 @@ def _loader(ds, **kw):
 
 
 # worker processes -----------------------------------------------------------------------------
+
 
 def test_process_memory_reads_rss_and_the_private_part_of_it():
     mem = process_memory()
@@ -70,9 +87,20 @@ def test_worker_iter_ends_workers_after_a_break_and_after_an_exception():
 
 # the seeding recipe ---------------------------------------------------------------------------
 
+
 def _draws(seed, **kw):
-    return record_draws(seeded_loader(DrawDataset(8), seed=seed, batch_size=None, shuffle=True, num_workers=2,
-                                      multiprocessing_context="fork", **kw), epochs=2)
+    return record_draws(
+        seeded_loader(
+            DrawDataset(8),
+            seed=seed,
+            batch_size=None,
+            shuffle=True,
+            num_workers=2,
+            multiprocessing_context="fork",
+            **kw,
+        ),
+        epochs=2,
+    )
 
 
 def _by(frame, column, epoch, worker):
@@ -132,8 +160,9 @@ class _NotANumpyRng(Dataset):
 
 
 def test_seed_worker_only_rebuilds_a_numpy_generator():
-    assert [item for item in seeded_loader(_NotANumpyRng(), batch_size=None, num_workers=1,
-                                           multiprocessing_context="fork")] == ["not a Generator"] * 2
+    assert [
+        item for item in seeded_loader(_NotANumpyRng(), batch_size=None, num_workers=1, multiprocessing_context="fork")
+    ] == ["not a Generator"] * 2
 
 
 def _mark_worker(worker_id):
@@ -146,8 +175,16 @@ class _Marked(DrawDataset):
 
 
 def test_seeded_loader_runs_a_user_worker_init_fn_after_seed_worker_and_refuses_a_generator():
-    items = list(seeded_loader(_Marked(4), seed=1, batch_size=None, num_workers=2, multiprocessing_context="fork",
-                               worker_init_fn=_mark_worker))
+    items = list(
+        seeded_loader(
+            _Marked(4),
+            seed=1,
+            batch_size=None,
+            num_workers=2,
+            multiprocessing_context="fork",
+            worker_init_fn=_mark_worker,
+        )
+    )
     marks = {item["worker"]: item["after_init"] for item in items}
     assert len(set(marks.values())) == 2  # drawn after seed_worker rebuilt self.rng: different per worker
     with pytest.raises(TypeError, match="pass seed="):
@@ -160,6 +197,7 @@ def test_record_draws_refuses_batches_with_a_message_that_says_what_to_pass():
 
 
 # importable datasets --------------------------------------------------------------------------
+
 
 def test_module_dataset_pickles_with_its_module_and_reports_where_it_ran():
     ds = ModuleDataset(n=2)
@@ -179,6 +217,7 @@ def test_sharded_stream_calls_shard_in_each_worker_and_with_defaults_in_the_main
 
 # throughput -----------------------------------------------------------------------------------
 
+
 def _epoch(seconds=0.004):
     start = time.perf_counter()
     while time.perf_counter() - start < seconds:
@@ -194,19 +233,25 @@ def test_time_epochs_times_each_epoch_and_keeps_the_median_of_each_stage():
 
 
 def test_time_epochs_reports_a_loader_epoch_with_live_workers():
-    loader = DataLoader(DrawDataset(8), batch_size=4, num_workers=2, persistent_workers=True,
-                        multiprocessing_context="fork")
+    loader = DataLoader(
+        DrawDataset(8), batch_size=4, num_workers=2, persistent_workers=True, multiprocessing_context="fork"
+    )
     res = time_epochs(lambda: sum(1 for _ in loader), "2 workers", repeats=4)
     close_workers(loader)
     assert res.timing.runs == 4 and res.stages == {} and res.timing.median_s > 0
 
 
 def _times(noisy, median=0.05):
-    return EpochTimes(Timing("t", median, 0.001, 5, "cpu", median, noisy, "busy" if noisy else ""), {"a": 0.01, "b": 0.04})
+    return EpochTimes(
+        Timing("t", median, 0.001, 5, "cpu", median, noisy, "busy" if noisy else ""), {"a": 0.01, "b": 0.04}
+    )
 
 
 def test_a_noisy_row_shows_the_word_and_why_never_a_figure():
-    rows = [{"num_workers": 0, "times": _times(False), "samples": 100}, {"num_workers": 2, "times": _times(True), "samples": 100}]
+    rows = [
+        {"num_workers": 0, "times": _times(False), "samples": 100},
+        {"num_workers": 2, "times": _times(True), "samples": 100},
+    ]
     t = throughput_table(rows)
     assert t["samples/s"].tolist() == ["2,000", "noisy"] and t["why noisy"].tolist() == ["", "busy"]
     ax = plot_throughput(rows)

@@ -22,12 +22,21 @@ import torch.distributed as dist
 
 from conftest import ROOT, read
 from torchcontracts.lessons.l09_distributed import dist_tools
-from torchcontracts.lessons.l09_distributed.dist_tools import (free_port, launch, launch_nodes, leftover_processes, live_children, stderr_to,
-                                       write_script)
+from torchcontracts.lessons.l09_distributed.dist_tools import (
+    free_port,
+    launch,
+    launch_nodes,
+    leftover_processes,
+    live_children,
+    stderr_to,
+    write_script,
+)
 from torchcontracts.lessons.l09_distributed.rank_runner import AUTOGRAD_FORK, BAD_AUTOGRAD_FORK, run_ranks
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux") or not dist.is_gloo_available(),
-                                reason="launch and run_ranks need Linux and gloo")
+pytestmark = pytest.mark.skipif(
+    not sys.platform.startswith("linux") or not dist.is_gloo_available(),
+    reason="launch and run_ranks need Linux and gloo",
+)
 
 
 # Children this process had before these tests (other test modules in the same pytest worker may own
@@ -49,6 +58,7 @@ def _nothing_alive() -> None:
 
 # --- ports ----------------------------------------------------------------------------------------
 
+
 def test_free_port_is_bindable_and_not_a_fixed_number():
     ports = {free_port() for _ in range(5)}
     for port in ports:
@@ -58,11 +68,15 @@ def test_free_port_is_bindable_and_not_a_fixed_number():
 
 
 def test_multi_node_launch_meets_at_the_port_free_port_picked(monkeypatch, tmp_path):
-    script = write_script("""
+    script = write_script(
+        """
         import os
         from torchcontracts.lessons.l09_distributed.dist_tools import save_result
         save_result({k: os.environ[k] for k in ("RANK", "GROUP_RANK", "WORLD_SIZE")})
-    """, tmp_path, "who.py")
+    """,
+        tmp_path,
+        "who.py",
+    )
     picked: list[int] = []
     real = dist_tools.free_port
     monkeypatch.setattr(dist_tools, "free_port", lambda host="127.0.0.1": picked.append(real(host)) or picked[-1])
@@ -78,24 +92,31 @@ def test_each_node_is_cleaned_up_by_its_own_token(monkeypatch, tmp_path):
     """Cleaning up after the first node to finish must never reach the other node's processes: with one token
     for both agents, node 0's cleanup SIGKILLed node 1's agent while it was still shutting down (seen as
     'torchrun exited with code -9' in about 1 run in 4 under load)."""
-    script = write_script("""
+    script = write_script(
+        """
         import os
         from torchcontracts.lessons.l09_distributed.dist_tools import save_result
         save_result({"token": os.environ["TORCHCONTRACTS_DIST_RUN"]})
-    """, tmp_path, "which_node.py")
+    """,
+        tmp_path,
+        "which_node.py",
+    )
     killed: list[str] = []
     real = dist_tools._kill_all
     monkeypatch.setattr(dist_tools, "_kill_all", lambda proc, token: killed.append(token) or real(proc, token))
     runs = launch_nodes(script, nnodes=2, nproc_per_node=1, timeout=120)
     assert all(r.ok for r in runs), [r.reason() for r in runs]
     tokens = [v["token"] for r in runs for v in r.results.values()]
-    assert len(set(tokens)) == 2, tokens                           # each node's processes carry their own token
+    assert len(set(tokens)) == 2, tokens  # each node's processes carry their own token
     assert killed and set(killed) <= set(tokens) and killed[0] == runs[0].results[0]["token"]
     _nothing_alive()
 
 
-FIXED_PORT = re.compile(r"(MASTER_PORT\W+\d{2,5}|master[-_]port\W+\d{2,5}|rdzv[-_]endpoint\W+[\w.]+:\d{2,5}|"
-                        r"tcp://[\w.]+:\d{2,5}|127\.0\.0\.1:\d{2,5}|localhost:\d{2,5})", re.I)
+FIXED_PORT = re.compile(
+    r"(MASTER_PORT\W+\d{2,5}|master[-_]port\W+\d{2,5}|rdzv[-_]endpoint\W+[\w.]+:\d{2,5}|"
+    r"tcp://[\w.]+:\d{2,5}|127\.0\.0\.1:\d{2,5}|localhost:\d{2,5})",
+    re.I,
+)
 
 
 @pytest.mark.parametrize("rel", ["notebooks/09_distributed.ipynb", "solutions/lab07_ddp.ipynb", "labs/lab07_ddp.ipynb"])
@@ -113,14 +134,19 @@ def test_the_package_never_fixes_a_port():
 
 # --- launch (torchrun) ------------------------------------------------------------------------------
 
+
 def test_launch_collects_every_rank_and_leaves_nothing(tmp_path):
-    script = write_script("""
+    script = write_script(
+        """
         import os, sys
         from torchcontracts.lessons.l09_distributed.dist_tools import save_result
         print("rank", os.environ["RANK"], "of", os.environ["WORLD_SIZE"])
         print("to stderr", file=sys.stderr)
         save_result({"rank": int(os.environ["RANK"]), "argv": sys.argv[1:]})
-    """, tmp_path, "ok.py")
+    """,
+        tmp_path,
+        "ok.py",
+    )
     run = launch(script, "a", 1, nproc=2, timeout=120)
     assert run.ok and run.reason() == "", run.agent_log
     assert {r: v["rank"] for r, v in run.results.items()} == {0: 0, 1: 1} and run.results[0]["argv"] == ["a", "1"]
@@ -131,11 +157,15 @@ def test_launch_collects_every_rank_and_leaves_nothing(tmp_path):
 
 def test_a_launch_past_its_timeout_is_killed_with_all_its_workers(tmp_path):
     started = tmp_path / "started"
-    script = write_script(f"""
+    script = write_script(
+        f"""
         import os, time
         open({str(started)!r} + os.environ["RANK"], "w").close()
         time.sleep(600)
-    """, tmp_path, "sleeps.py")
+    """,
+        tmp_path,
+        "sleeps.py",
+    )
     t0 = time.monotonic()
     run = launch(script, nproc=2, timeout=25)
     assert run.timed_out and not run.ok and "killed" in run.reason()
@@ -146,11 +176,15 @@ def test_a_launch_past_its_timeout_is_killed_with_all_its_workers(tmp_path):
 
 
 def test_a_failing_rank_gives_a_one_line_reason(tmp_path):
-    script = write_script("""
+    script = write_script(
+        """
         import os
         if os.environ["RANK"] == "1":
             raise SystemExit("rank 1 gives up")
-    """, tmp_path, "fails.py")
+    """,
+        tmp_path,
+        "fails.py",
+    )
     run = launch(script, nproc=2, timeout=120)
     assert not run.ok and not run.timed_out and run.returncode != 0
     assert "\n" not in run.reason() and "exited with code" in run.reason()
@@ -170,6 +204,7 @@ def test_save_result_outside_a_launch_says_why():
 
 
 # --- run_ranks (forked gloo groups) -------------------------------------------------------------------
+
 
 def _sum(rank, world, x):
     t = x.clone()
@@ -236,14 +271,17 @@ def _not_plain(rank, world):
     return torch.nn.Linear(2, 2)
 
 
-@pytest.mark.parametrize("fn, kind, words, limit", [
-    (_hangs, TimeoutError, "rank 1 never reached the collective that rank 0 waited in", 20),
-    (_dies, ChildProcessError, "rank 1 died (exit code 3)", 10),
-    (_raises, RuntimeError, "rank 0 raised ValueError: bad shape", 10),
-    (_spins, TimeoutError, "did not finish within 3 s", 20),
-    (_todo, NotImplementedError, "Task t1: write it", 10),
-    (_not_plain, RuntimeError, "not plain data", 10),
-])
+@pytest.mark.parametrize(
+    "fn, kind, words, limit",
+    [
+        (_hangs, TimeoutError, "rank 1 never reached the collective that rank 0 waited in", 20),
+        (_dies, ChildProcessError, "rank 1 died (exit code 3)", 10),
+        (_raises, RuntimeError, "rank 0 raised ValueError: bad shape", 10),
+        (_spins, TimeoutError, "did not finish within 3 s", 20),
+        (_todo, NotImplementedError, "Task t1: write it", 10),
+        (_not_plain, RuntimeError, "not plain data", 10),
+    ],
+)
 def test_a_rank_that_hangs_dies_or_raises_fails_the_run_in_one_line(fn, kind, words, limit):
     t0 = time.monotonic()
     with pytest.raises(kind) as err:
@@ -257,13 +295,17 @@ def test_run_ranks_leaves_no_thread_and_no_signal_handler():
     import signal
     import threading
 
-    before = ({t.ident for t in threading.enumerate()}, [signal.getsignal(s) for s in (signal.SIGINT, signal.SIGCHLD,
-                                                                                    signal.SIGTERM)])
+    before = (
+        {t.ident for t in threading.enumerate()},
+        [signal.getsignal(s) for s in (signal.SIGINT, signal.SIGCHLD, signal.SIGTERM)],
+    )
     run_ranks(_sum, 2, [(torch.ones(1),)] * 2)
     with pytest.raises(ChildProcessError):
         run_ranks(_dies, 2)
-    after = ({t.ident for t in threading.enumerate()}, [signal.getsignal(s) for s in (signal.SIGINT, signal.SIGCHLD,
-                                                                                   signal.SIGTERM)])
+    after = (
+        {t.ident for t in threading.enumerate()},
+        [signal.getsignal(s) for s in (signal.SIGINT, signal.SIGCHLD, signal.SIGTERM)],
+    )
     assert before == after
 
 
@@ -276,6 +318,7 @@ def test_stderr_to_catches_what_a_child_writes_to_fd_2(tmp_path):
 
 
 # --- the lesson ---------------------------------------------------------------------------------------
+
 
 def test_the_lesson_ends_by_asserting_nothing_is_left_running():
     code = [c.source for c in read(ROOT / "notebooks" / "09_distributed.ipynb").cells if c.cell_type == "code"]
@@ -327,8 +370,13 @@ def test_ranks_forked_after_a_compiled_backward_run_or_name_the_cause_in_one_lin
     """A learner's kernel, measured in a fresh interpreter: on a CUDA build, the first backward after a
     torch.compile poisons later forks (2.14.1+cu130 does, with no GPU; the CPU wheel does not). Either way the
     ranks return a result or the one-line cause, never torch's bare error."""
-    proc = subprocess.run([sys.executable, "-c", AFTER_A_COMPILED_BACKWARD], capture_output=True, text=True,
-                          timeout=180, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    proc = subprocess.run(
+        [sys.executable, "-c", AFTER_A_COMPILED_BACKWARD],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     version, poisoned, outcome = json.loads(proc.stdout.strip().splitlines()[-1])
     if poisoned:

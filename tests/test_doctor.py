@@ -99,9 +99,15 @@ def test_doctor_warns_when_jupyters_python3_kernel_is_another_python_and_its_com
 
     spec = tmp_path / "kernels" / "python3"
     spec.mkdir(parents=True)
-    (spec / "kernel.json").write_text(json.dumps({
-        "argv": ["/gone/.venv/bin/python", "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": "stale", "language": "python"}))
+    (spec / "kernel.json").write_text(
+        json.dumps(
+            {
+                "argv": ["/gone/.venv/bin/python", "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                "display_name": "stale",
+                "language": "python",
+            }
+        )
+    )
     # Outside a venv Jupyter reads the user's folder first; inside one (CI's venv has its own kernelspec)
     # JUPYTER_PREFER_ENV_PATH=0 restores that order, so the stale spec wins as it would for that user.
     env = {**os.environ, "JUPYTER_DATA_DIR": str(tmp_path), "JUPYTER_PREFER_ENV_PATH": "0"}

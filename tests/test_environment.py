@@ -34,7 +34,9 @@ def _conda() -> set[str]:
 
 
 def test_environment_yml_declares_same_packages_as_pyproject():
-    assert _conda() == _pyproject(), f"only in environment.yml: {_conda() - _pyproject()}; only in pyproject: {_pyproject() - _conda()}"
+    assert _conda() == _pyproject(), (
+        f"only in environment.yml: {_conda() - _pyproject()}; only in pyproject: {_pyproject() - _conda()}"
+    )
 
 
 def test_environment_yml_installs_the_project_itself():

@@ -31,11 +31,24 @@ CANARY = "tc-canary-3f9a1c77e2"
 # batch grades them and the none batch leaves them out (a third of its kernels); without it, the none batch is
 # the only one and grades every case. Whatever reaches outside the kernel (files, processes, signals, the
 # environment, time and memory limits) is graded in both modes.
-SAME_DEFENCE_IN_BOTH_MODES = frozenset({
-    "tamper_allclose", "tamper_assert_close", "tamper_check_module", "tamper_data_ptr", "tamper_isinstance",
-    "code_swap", "copyreg_reducer", "serialization_swap", "set_storage_view", "package_tagger",
-    "leak_by_class_name", "huge_answer", "checks_edited_deleted", "renamed_and_deleted",
-})
+SAME_DEFENCE_IN_BOTH_MODES = frozenset(
+    {
+        "tamper_allclose",
+        "tamper_assert_close",
+        "tamper_check_module",
+        "tamper_data_ptr",
+        "tamper_isinstance",
+        "code_swap",
+        "copyreg_reducer",
+        "serialization_swap",
+        "set_storage_view",
+        "package_tagger",
+        "leak_by_class_name",
+        "huge_answer",
+        "checks_edited_deleted",
+        "renamed_and_deleted",
+    }
+)
 
 
 def graded_in(mode: str) -> list[str]:
@@ -49,8 +62,10 @@ def _sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-MODES = [pytest.param("bwrap", marks=pytest.mark.skipif(bwrap_path() is None, reason="bubblewrap is not installed")),
-         "none"]
+MODES = [
+    pytest.param("bwrap", marks=pytest.mark.skipif(bwrap_path() is None, reason="bubblewrap is not installed")),
+    "none",
+]
 
 
 @pytest.fixture(scope="module", params=MODES)
@@ -66,15 +81,50 @@ def batch(request, tmp_path_factory):
     hashes = {p.name: _sha(p) for p in subs.iterdir()}
     out = base / "gradebook.csv"
     proc = subprocess.run(
-        [sys.executable, "-m", "torchcontracts", "grade", str(subs), "--course", str(ROOT), "--lab", LAB,
-         "--out", str(out), "-j", "2", "--json", "--quiet", "--cell-timeout", str(CELL_TIMEOUT),
-         "--mem-mb", str(MEM_MB), "--sandbox", mode, "--seed", "4242"],
-        capture_output=True, text=True, cwd=base, timeout=600, env={**os.environ, "TC_CANARY_TOKEN": CANARY})
+        [
+            sys.executable,
+            "-m",
+            "torchcontracts",
+            "grade",
+            str(subs),
+            "--course",
+            str(ROOT),
+            "--lab",
+            LAB,
+            "--out",
+            str(out),
+            "-j",
+            "2",
+            "--json",
+            "--quiet",
+            "--cell-timeout",
+            str(CELL_TIMEOUT),
+            "--mem-mb",
+            str(MEM_MB),
+            "--sandbox",
+            mode,
+            "--seed",
+            "4242",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=base,
+        timeout=600,
+        env={**os.environ, "TC_CANARY_TOKEN": CANARY},
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     results = {Path(r["submission"]).name: r for r in json.loads(proc.stdout)}
     time.sleep(2.5)  # give anything that outlived its kernel the time to try something
-    return {"expected": expected, "results": results, "proc": proc, "gradebook": out, "subs": subs,
-            "hashes": hashes, "base": base, "mode": mode}
+    return {
+        "expected": expected,
+        "results": results,
+        "proc": proc,
+        "gradebook": out,
+        "subs": subs,
+        "hashes": hashes,
+        "base": base,
+        "mode": mode,
+    }
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -100,7 +150,9 @@ def test_gradebook_has_one_row_per_submission_with_task_columns_total_and_proble
     assert sorted(book["submission"]) == sorted(f"{n}.ipynb" for n in graded_in(batch["mode"]))
     row = book.set_index("submission").loc["partial.ipynb"]
     assert (row["t1"], row["t3"], row["total"]) == (2.0, 1.0, 5.0)  # t3: one of its three checks passes
-    assert "tampering detected: torch.equal replaced" in book.set_index("submission").loc["tamper_equal.ipynb", "problems"]
+    assert (
+        "tampering detected: torch.equal replaced" in book.set_index("submission").loc["tamper_equal.ipynb", "problems"]
+    )
 
 
 def test_submissions_are_never_modified(batch):
@@ -154,9 +206,12 @@ def test_no_feedback_carries_the_graders_environment_or_a_hidden_input(batch):
     text = batch["proc"].stdout + batch["proc"].stderr
     assert CANARY not in text
     spec = lab_spec(ROOT, LAB)
-    hidden_inputs = {repr(tuple(c.args[0])) for ch in spec.checks if ch.hidden and ch.task == "t1" for c in ch.cases(4242)}
-    public_inputs = {repr(tuple(c.args[0])) for ch in spec.checks if not ch.hidden and ch.task == "t1"
-                     for c in ch.cases(4242)}
+    hidden_inputs = {
+        repr(tuple(c.args[0])) for ch in spec.checks if ch.hidden and ch.task == "t1" for c in ch.cases(4242)
+    }
+    public_inputs = {
+        repr(tuple(c.args[0])) for ch in spec.checks if not ch.hidden and ch.task == "t1" for c in ch.cases(4242)
+    }
     leaked = batch["results"]["leak_hidden_inputs.ipynb"]["tasks"][1]["reason"]
     assert any(p in leaked for p in public_inputs), leaked  # the echo works...
     assert not [h for h in hidden_inputs - public_inputs if h in leaked], leaked  # ...but no hidden input was there yet

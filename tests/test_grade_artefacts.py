@@ -16,11 +16,10 @@ import zipfile
 from pathlib import Path
 
 import numpy as np
-import onnx
 import pytest
 import torch
 import torch.nn as nn
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 from torch.export import Dim
 
 from torchcontracts.grading import artefacts
@@ -46,13 +45,14 @@ class _Lin(nn.Module):
 
 # --- an artefact from another model -----------------------------------------------------------------
 
+
 def test_a_pt2_exported_from_other_weights_fails_the_dynamic_batch_task():
     case = L.classifier_case("attack", 3, (1, 17))
     state, example, _ = case.args
-    impostor = L.make_classifier(seed=1234).eval()              # same architecture, other weights
+    impostor = L.make_classifier(seed=1234).eval()  # same architecture, other weights
     program = torch.export.export(impostor, (example,), dynamic_shapes={"x": {0: Dim("batch")}})
     forged = {"pt2": L.pt2_bytes(program), "example_out": L.make_classifier(state).eval()(example).detach()}
-    rows = L.judge_dynamic(case, forged)                        # the kernel-side output is even forged right
+    rows = L.judge_dynamic(case, forged)  # the kernel-side output is even forged right
     sandbox_rows = [r for r in rows if r.name.startswith("batch")]
     assert sandbox_rows and not any(r.ok for r in sandbox_rows), [r.line() for r in rows]
     assert all("values differ" in r.status for r in sandbox_rows)
@@ -62,10 +62,11 @@ def test_an_onnx_file_from_other_weights_fails_the_parity_task():
     case = L.upsampler_case("attack", 4, (2, 17))
     _, example, _ = case.args
     impostor = L.make_upsampler(seed=77)
-    program = torch.onnx.export(impostor, (example,), dynamo=True, verbose=False,
-                                dynamic_shapes={"x": {0: Dim("batch")}})
+    program = torch.onnx.export(
+        impostor, (example,), dynamo=True, verbose=False, dynamic_shapes={"x": {0: Dim("batch")}}
+    )
     proto = program.model_proto
-    proto.doc_string = "parity with the reference: max |diff| 0.0"   # a claim inside the file changes nothing
+    proto.doc_string = "parity with the reference: max |diff| 0.0"  # a claim inside the file changes nothing
     rows = L.judge_onnx(case, {"onnx": proto.SerializeToString()})
     parity = [r for r in rows if r.name.startswith("batch")]
     assert parity and not any(r.ok for r in parity), [r.line() for r in rows]
@@ -73,14 +74,19 @@ def test_an_onnx_file_from_other_weights_fails_the_parity_task():
 
 # --- ONNX external data -----------------------------------------------------------------------------
 
+
 def _external_model(location: str) -> bytes:
     w = TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[3, 2], data_location=TensorProto.EXTERNAL)
     for key, value in (("location", location), ("offset", "0"), ("length", "24")):
         entry = w.external_data.add()
         entry.key, entry.value = key, value
-    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 3])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", 2])], [w])
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", 2])],
+        [w],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
     model.ir_version = 10
     return model.SerializeToString()
@@ -89,7 +95,7 @@ def _external_model(location: str) -> bytes:
 @pytest.mark.parametrize("where", ["absolute", "relative"])
 def test_onnx_external_data_pointing_at_a_grader_file_is_refused(tmp_path, where):
     secret = tmp_path / "grader_secret.bin"
-    secret.write_bytes(np.arange(6, dtype=np.float32).tobytes())        # would make a valid weight if read
+    secret.write_bytes(np.arange(6, dtype=np.float32).tobytes())  # would make a valid weight if read
     location = str(secret) if where == "absolute" else os.path.relpath(secret, "/tmp/x/y")
     ev = evaluate("onnx", _external_model(location), [torch.randn(2, 3)])
     assert "refers to external data" in ev.problem and "\n" not in ev.problem, ev.problem
@@ -97,6 +103,7 @@ def test_onnx_external_data_pointing_at_a_grader_file_is_refused(tmp_path, where
 
 
 # --- a .pt2 that runs code when it is loaded ----------------------------------------------------------
+
 
 def _hostile_pt2(code: str) -> bytes:
     """A valid .pt2 whose first weight is marked use_pickle and holds a payload that runs `code` on load."""
@@ -155,14 +162,14 @@ try:
 except Exception as err:
     found['write'] = type(err).__name__
 found['uid'] = os.getuid()
-found['solutions'] = os.path.exists({str(Path(L.__file__).resolve().parents[4] / 'solutions')!r}) and \
-    bool(os.listdir({str(Path(L.__file__).resolve().parents[4] / 'solutions')!r}))
+found['solutions'] = os.path.exists({str(Path(L.__file__).resolve().parents[4] / "solutions")!r}) and \
+    bool(os.listdir({str(Path(L.__file__).resolve().parents[4] / "solutions")!r}))
 open('result.json', 'w').write(__import__('json').dumps({{'error': 'FOUND ' + repr(found)}}))  # its own folder
 os._exit(0)
 """
     ev = evaluate("pt2", _hostile_pt2(code), [torch.randn(2, 3)])
     assert "FOUND" in ev.problem, ev.problem
-    found = eval(ev.problem[ev.problem.index("{"):ev.problem.rindex("}") + 1])  # noqa: S307 - our own test's dict
+    found = eval(ev.problem[ev.problem.index("{") : ev.problem.rindex("}") + 1])  # noqa: S307 - our own test's dict
     assert found["secret"] in ("FileNotFoundError", "PermissionError"), found
     assert found["net"] != "connected" and found["write"] != "wrote" and not found["solutions"], found
     assert not marker.exists()
@@ -189,6 +196,7 @@ def test_the_server_survives_a_hostile_job_and_judges_the_next_file():
 
 
 # --- junk never crashes -------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("kind", ["pt2", "onnx", "state_dict"])
 @pytest.mark.parametrize("blob", [b"", b"not a file at all", b"PK\x03\x04garbage"])
@@ -238,6 +246,8 @@ def test_the_grader_scores_zero_for_an_onnx_file_from_another_model(tmp_path):
     mode = "bwrap" if artefacts.isolation() == "bwrap" else "none"
     result = grade_file(path, GradeOptions(course=root, lab="lab06_deployment", cell_timeout=60, sandbox=mode))
     scores = {t.id: t.score for t in result.tasks}
-    assert scores["t3"] == 0 and scores["t1"] == 4 and scores["t4"] == 3, [(t.id, t.score, t.reason) for t in result.tasks]
+    assert scores["t3"] == 0 and scores["t1"] == 4 and scores["t4"] == 3, [
+        (t.id, t.score, t.reason) for t in result.tasks
+    ]
     t3 = next(t for t in result.tasks if t.id == "t3")
     assert "values differ" in t3.reason, t3.reason

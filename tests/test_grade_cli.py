@@ -20,8 +20,9 @@ LAB = "lab01_strides"
 
 def grade(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
     """The real command, in a subprocess (slow: a fresh interpreter imports torch)."""
-    return subprocess.run([sys.executable, "-m", "torchcontracts", "grade", *args], capture_output=True, text=True,
-                          cwd=cwd, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "torchcontracts", "grade", *args], capture_output=True, text=True, cwd=cwd, timeout=300
+    )
 
 
 def grade_here(capsys, monkeypatch, *args: str, cwd: Path = ROOT) -> tuple[int, str]:
@@ -69,8 +70,10 @@ def test_unknown_file_and_unreadable_notebook_give_one_line_reasons(capsys, monk
     odd.write_text(nbformat.writes(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1")])))
     code, out = grade_here(capsys, monkeypatch, str(odd))
     assert code == 1
-    assert f"cannot tell which lab this is: no torchcontracts.lab in its metadata and no lab cells; labs here: {LAB}" \
+    assert (
+        f"cannot tell which lab this is: no torchcontracts.lab in its metadata and no lab cells; labs here: {LAB}"
         in out
+    )
 
 
 @pytest.fixture(scope="module")
@@ -102,8 +105,10 @@ def test_student_copy_without_solutions_still_works_for_students(student_copy, c
 def test_grading_without_solutions_says_hidden_checks_are_unavailable(student_copy, capsys, monkeypatch):
     code, out = grade_here(capsys, monkeypatch, f"labs/{LAB}.ipynb", cwd=student_copy)
     assert code == 2
-    assert out.strip() == (f"grade: hidden checks unavailable: grading needs solutions/{LAB}.ipynb "
-                           "(or pass --public-only to grade the public checks only)")
+    assert out.strip() == (
+        f"grade: hidden checks unavailable: grading needs solutions/{LAB}.ipynb "
+        "(or pass --public-only to grade the public checks only)"
+    )
 
 
 def test_public_only_grading_in_a_student_copy_runs_public_checks(student_copy, tmp_path, capsys, monkeypatch):
@@ -120,8 +125,11 @@ def test_misused_options_get_one_line_errors(capsys, monkeypatch, tmp_path):
     code, out = grade_here(capsys, monkeypatch, f"labs/{LAB}.ipynb", "--lab", "lab99_nope")
     assert code == 2 and out.strip().startswith("grade: unknown lab 'lab99_nope': this course has lab01_strides")
     code, out = grade_here(capsys, monkeypatch, "labs", "--gradescope", str(tmp_path / "r.json"))
-    assert code == 2 and out.strip() == ("grade: --gradescope writes one submission's results; "
-                                         "for a folder use --out gradebook.csv")
+    assert code == 2 and out.strip() == (
+        "grade: --gradescope writes one submission's results; for a folder use --out gradebook.csv"
+    )
     code, out = grade_here(capsys, monkeypatch, str(tmp_path), cwd=tmp_path)
-    assert code == 2 and out.strip() == ("grade: no course folder found here: run this from the course root "
-                                         "(it holds labs/ and solutions/), or pass --course DIR")
+    assert code == 2 and out.strip() == (
+        "grade: no course folder found here: run this from the course root "
+        "(it holds labs/ and solutions/), or pass --course DIR"
+    )

@@ -23,13 +23,20 @@ from torchcontracts.grading.judge import _zip_ok, scrub
 from torchcontracts.grading.sandbox import bwrap_path
 
 ROOT = Path(__file__).resolve().parents[1]
-MODES = [pytest.param("bwrap", marks=pytest.mark.skipif(bwrap_path() is None, reason="bubblewrap is not installed")),
-         "none"]
+MODES = [
+    pytest.param("bwrap", marks=pytest.mark.skipif(bwrap_path() is None, reason="bubblewrap is not installed")),
+    "none",
+]
 
 
 def _grade(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "torchcontracts", "grade", *args, "--course", str(ROOT)],
-                          capture_output=True, text=True, cwd=cwd, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "torchcontracts", "grade", *args, "--course", str(ROOT)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=timeout,
+    )
 
 
 def _procs(needle: str) -> list[int]:
@@ -67,9 +74,13 @@ def test_stopping_the_grader_stops_every_kernel_and_removes_its_scratch_folder(t
     loop = "def contiguous_strides(shape):\n    while True:\n        pass\n\ncontiguous_strides((2, 3))"
     sub = tmp_path / "loop.ipynb"
     sub.write_text(nbformat.writes(notebook({"t1": loop})))
-    grader = subprocess.Popen([sys.executable, "-m", "torchcontracts", "grade", str(sub), "--course", str(ROOT),
-                               "--cell-timeout", "60"], cwd=tmp_path, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True)
+    grader = subprocess.Popen(
+        [sys.executable, "-m", "torchcontracts", "grade", str(sub), "--course", str(ROOT), "--cell-timeout", "60"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     scratch = Path(tempfile.gettempdir())
     deadline = time.monotonic() + 60
     while not list(scratch.glob(f"tc-grade-{grader.pid}-*/sub-*/k-main")) and time.monotonic() < deadline:
@@ -85,15 +96,41 @@ def test_stopping_the_grader_stops_every_kernel_and_removes_its_scratch_folder(t
     assert not mine
 
 
-@pytest.mark.parametrize("mode", [MODES[0], pytest.param("none", marks=pytest.mark.xfail(
-    reason="none mode: a kernel can outlive a SIGKILLed grader briefly (PDEATHSIG only); README lists it", strict=False))])
+@pytest.mark.parametrize(
+    "mode",
+    [
+        MODES[0],
+        pytest.param(
+            "none",
+            marks=pytest.mark.xfail(
+                reason="none mode: a kernel can outlive a SIGKILLed grader briefly (PDEATHSIG only); README lists it",
+                strict=False,
+            ),
+        ),
+    ],
+)
 def test_a_grader_killed_outright_takes_its_kernels_with_it_and_the_next_run_removes_its_scratch(tmp_path, mode):
     loop = "def contiguous_strides(shape):\n    while True:\n        pass\n\ncontiguous_strides((2, 3))"
     sub = tmp_path / "loop.ipynb"
     sub.write_text(nbformat.writes(notebook({"t1": loop})))
-    grader = subprocess.Popen([sys.executable, "-m", "torchcontracts", "grade", str(sub), "--course", str(ROOT),
-                               "--cell-timeout", "60", "--sandbox", mode], cwd=tmp_path,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    grader = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "torchcontracts",
+            "grade",
+            str(sub),
+            "--course",
+            str(ROOT),
+            "--cell-timeout",
+            "60",
+            "--sandbox",
+            mode,
+        ],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     scratch = Path(tempfile.gettempdir())
     deadline = time.monotonic() + 60
     while not list(scratch.glob(f"tc-grade-{grader.pid}-*/sub-*/k-main")) and time.monotonic() < deadline:
@@ -104,7 +141,9 @@ def test_a_grader_killed_outright_takes_its_kernels_with_it_and_the_next_run_rem
     grader.kill()  # SIGKILL: no handler runs
     grader.wait(timeout=30)
     time.sleep(2.0)
-    alive = [p for p in ours if Path(f"/proc/{p}").exists() and "Z" not in Path(f"/proc/{p}/stat").read_text().split()[2]]
+    alive = [
+        p for p in ours if Path(f"/proc/{p}").exists() and "Z" not in Path(f"/proc/{p}/stat").read_text().split()[2]
+    ]
     assert not alive, "a kernel or the fork server outlived the grader"
     assert list(scratch.glob(f"tc-grade-{grader.pid}-*")), "the scratch folder should still be there"
     _grade(str(tmp_path / "gone.ipynb"), cwd=tmp_path)  # any next run of the grader cleans up after it
@@ -163,11 +202,17 @@ def _lab03_reference(patch: str = "") -> nbformat.NotebookNode:
 def test_replacing_a_course_helper_that_a_check_uses_is_tampering(tmp_path):
     """lab03's checks use torchcontracts.lessons.l03_memory.memory: it is watched because the lab loads it, not by a hand-made list."""
     sub = tmp_path / "lab03.ipynb"
-    sub.write_text(nbformat.writes(_lab03_reference("import torchcontracts.lessons.l03_memory.memory as m\nm.tensor_bytes = lambda t: 0")))
+    sub.write_text(
+        nbformat.writes(
+            _lab03_reference("import torchcontracts.lessons.l03_memory.memory as m\nm.tensor_bytes = lambda t: 0")
+        )
+    )
     proc = _grade(str(sub), "--json", cwd=tmp_path)
     got = json.loads(proc.stdout)
     assert got["score"] == 0
-    assert {t["reason"] for t in got["tasks"]} == {"tampering detected: torchcontracts.lessons.l03_memory.memory.tensor_bytes replaced"}
+    assert {t["reason"] for t in got["tasks"]} == {
+        "tampering detected: torchcontracts.lessons.l03_memory.memory.tensor_bytes replaced"
+    }
 
 
 def test_a_refused_file_still_writes_a_gradescope_result_and_exits_1(tmp_path):
@@ -201,7 +246,9 @@ def test_sealed_steps_are_capped_and_must_be_in_format():
     with pytest.raises(ValueError):
         protocol.unpack_sealed(b"garbage")
     with pytest.raises(ValueError):
-        protocol.unpack_sealed(protocol.pack_sealed({}, [(f"{n}.pt", b"") for n in range(protocol.MAX_SEALED_FILES + 1)]))
+        protocol.unpack_sealed(
+            protocol.pack_sealed({}, [(f"{n}.pt", b"") for n in range(protocol.MAX_SEALED_FILES + 1)])
+        )
     with pytest.raises(ValueError):
         protocol.unpack_sealed(blob + b"trailing")
 

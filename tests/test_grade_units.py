@@ -28,7 +28,7 @@ def test_same_inputs_sees_values_layout_and_nan():
     assert same_inputs([x, 2, "a"], [x.clone(), 2, "a"])
     assert not same_inputs([x], [torch.tensor([1.0, math.nan, 4.0])])
     base = torch.arange(12.0)
-    assert not same_inputs([base[2:6]], [base[2:6].clone()])          # offset differs
+    assert not same_inputs([base[2:6]], [base[2:6].clone()])  # offset differs
     assert not same_inputs([base.reshape(3, 4).t()], [base.reshape(3, 4).t().contiguous()])  # strides differ
     assert not same_inputs([(2, 3)], [(2, 4)]) and not same_inputs([1], [1.0])
 
@@ -65,8 +65,10 @@ def test_a_deleted_solution_cell_marks_its_task_missing_and_runs_no_driver():
 def test_lab_is_guessed_from_the_file_name_when_metadata_and_ids_are_gone(tmp_path):
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1")])
     path = tmp_path / f"{LAB}_alice.ipynb"
-    assert identify_lab(nb, path, ROOT) == (LAB, "lab guessed from the file name (notebook metadata lacks "
-                                                 "torchcontracts.lab)")
+    assert identify_lab(nb, path, ROOT) == (
+        LAB,
+        "lab guessed from the file name (notebook metadata lacks torchcontracts.lab)",
+    )
 
 
 class Evil:
@@ -79,8 +81,13 @@ def _files(folder: Path) -> dict[str, bytes]:
 
 
 def _check() -> Check:
-    return Check("t5", "t5 demo", "diagonal_view", lambda seed: [Case("4x4", (torch.arange(16.0).reshape(4, 4),))],
-                 lambda case, out: [compare("diagonal", out, torch.diagonal(case.args[0]), view_of=case.args[0])])
+    return Check(
+        "t5",
+        "t5 demo",
+        "diagonal_view",
+        lambda seed: [Case("4x4", (torch.arange(16.0).reshape(4, 4),))],
+        lambda case, out: [compare("diagonal", out, torch.diagonal(case.args[0]), view_of=case.args[0])],
+    )
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
@@ -91,14 +98,16 @@ def test_saved_answers_load_with_weights_only_and_never_run_code(tmp_path):
     torch.save({"args": (x,), "out": x.diagonal()}, tmp_path / "0-0.pt")
     assert judge_check(check, 0, cases, _files(tmp_path), 2048).ok
     torch.save({"args": (x,), "out": x.diagonal().clone()}, tmp_path / "0-0.pt")
-    assert judge_check(check, 0, cases, _files(tmp_path), 2048).reason.endswith("values right, but it is a copy: "
-                                                                                "return a view of the input")
+    assert judge_check(check, 0, cases, _files(tmp_path), 2048).reason.endswith(
+        "values right, but it is a copy: return a view of the input"
+    )
     Path("/tmp/tc-grade-pwned").unlink(missing_ok=True)
     with open(tmp_path / "0-0.pt", "wb") as fh:
         pickle.dump({"args": (x,), "out": Evil()}, fh)
     got = judge_check(check, 0, cases, _files(tmp_path), 2048)
-    assert not got.ok and got.reason == ("4x4: the answer cannot be loaded safely: return tensors, numbers, tuples, "
-                                         "lists, dicts or strings")
+    assert not got.ok and got.reason == (
+        "4x4: the answer cannot be loaded safely: return tensors, numbers, tuples, lists, dicts or strings"
+    )
     assert not Path("/tmp/tc-grade-pwned").exists()
 
 
@@ -113,7 +122,9 @@ def test_hidden_checks_live_only_in_solutions(tmp_path):
     for path in package.rglob("*"):
         if path.is_file() and path.suffix in (".py", ".csv", ".json", ".txt"):
             text = path.read_text(errors="ignore")
-            if path.relative_to(package).as_posix() != "labs/format.py":  # the lab format defines the marker the builder strips
+            if (
+                path.relative_to(package).as_posix() != "labs/format.py"
+            ):  # the lab format defines the marker the builder strips
                 assert "BEGIN HIDDEN" not in text, path
             for word in words:
                 assert word not in text and word not in lab_text, (word, path)
@@ -132,7 +143,7 @@ def _write(tmp_path: Path, nb, name: str = "sub.ipynb") -> Path:
     return path
 
 
-FRESH_CELL = '''### BEGIN HIDDEN CHECKS
+FRESH_CELL = """### BEGIN HIDDEN CHECKS
 import torch
 from torchcontracts.checks import Case, Check
 from torchcontracts.lessons.l01_tensors.lab01_strides import compare_value
@@ -149,7 +160,7 @@ def fresh_judge(case, out):
 lab.add_hidden(Check("t1", "t1 fresh-kernel probe", "contiguous_strides", fresh_cases, fresh_judge,
                      hidden=True, fresh_kernel=True))
 lab.verify_hidden(globals())
-### END HIDDEN CHECKS'''
+### END HIDDEN CHECKS"""
 
 
 def test_fresh_kernel_checks_run_in_their_own_kernel_after_the_labchecks_import(tmp_path, monkeypatch):
@@ -186,12 +197,20 @@ def test_fresh_kernel_checks_run_in_their_own_kernel_after_the_labchecks_import(
     assert sum(").drive(" in code for code in fresh) == 1  # only the fresh check's task
 
 
-@pytest.mark.parametrize("patch, reason", [
-    ("import torchcontracts.grading.driver as g\ng.drive = lambda spec: None",
-     "tampering detected: the grader's sealed answers were disturbed"),
-    ("import sys, types\nsys.modules['torchcontracts.checks'] = types.ModuleType('torchcontracts.checks')",
-     "tampering detected: torchcontracts.checks module replaced"),
-], ids=["driver", "sys.modules"])
+@pytest.mark.parametrize(
+    "patch, reason",
+    [
+        (
+            "import torchcontracts.grading.driver as g\ng.drive = lambda spec: None",
+            "tampering detected: the grader's sealed answers were disturbed",
+        ),
+        (
+            "import sys, types\nsys.modules['torchcontracts.checks'] = types.ModuleType('torchcontracts.checks')",
+            "tampering detected: torchcontracts.checks module replaced",
+        ),
+    ],
+    ids=["driver", "sys.modules"],
+)
 def test_replacing_the_grader_driver_or_a_course_module_is_tampering(tmp_path, patch, reason):
     src = notebook().cells
     sol = next(c.source for c in src if c.get("metadata", {}).get("torchcontracts", {}).get("task") == "t1")
@@ -224,7 +243,9 @@ def test_without_the_fork_server_kernels_launch_plainly_and_deaths_are_still_nam
     result = grade_file(_write(tmp_path, segv), _opts(fork_server=False))
     died = "not graded: the kernel died (segmentation fault, SIGSEGV) in the t5 cell"
     assert [(t.id, t.score, t.reason) for t in result.tasks][3:] == [
-        ("t4", 3, f"all {len(result.tasks[3].checks)} checks pass"), ("t5", 0, died)]
+        ("t4", 3, f"all {len(result.tasks[3].checks)} checks pass"),
+        ("t5", 0, died),
+    ]
     assert result.score == 10 and result.problems == [died]
 
 

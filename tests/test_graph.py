@@ -51,11 +51,9 @@ def test_retain_graph_keeps_saved_tensors():
     assert exp.saved and not any(s.freed for s in exp.saved)
 
 
-@pytest.mark.parametrize("make", [
-    lambda x: (x * 2).detach(),
-    lambda x: torch.no_grad()(lambda: x * 2)(),
-    lambda x: torch.ones(3),
-])
+@pytest.mark.parametrize(
+    "make", [lambda x: (x * 2).detach(), lambda x: torch.no_grad()(lambda: x * 2)(), lambda x: torch.ones(3)]
+)
 def test_tensor_without_history_draws_as_no_graph(make):
     x = torch.randn(3, requires_grad=True)
     nodes, _ = graph_nodes(make(x))
@@ -127,8 +125,13 @@ def test_every_edge_points_down_and_every_node_is_reachable(ops):
     x = torch.randn(3, 3, requires_grad=True)
     y = x
     for op in ops:
-        y = {"exp": lambda t: t.exp(), "mul_self": lambda t: t * t, "add_x": lambda t: t + x,
-             "sum_keep": lambda t: t.sum(0, keepdim=True).expand(3, 3), "t": lambda t: t.t()}[op](y)
+        y = {
+            "exp": lambda t: t.exp(),
+            "mul_self": lambda t: t * t,
+            "add_x": lambda t: t + x,
+            "sum_keep": lambda t: t.sum(0, keepdim=True).expand(3, 3),
+            "t": lambda t: t.t(),
+        }[op](y)
     nodes, edges = graph_nodes(y)
     depth = {n.id: n.depth for n in nodes}
     assert all(depth[e.dst] > depth[e.src] for e in edges)

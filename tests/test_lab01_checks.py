@@ -26,6 +26,7 @@ def _public_failures(task: str, fn: Callable[..., Any]) -> list[str]:
 
 # --- t1 contiguous_strides -------------------------------------------------------------------
 
+
 def _t1_left_to_right(shape):
     return tuple(math.prod(shape[:i]) for i in range(len(shape)))
 
@@ -39,7 +40,7 @@ def _t1_bytes(shape):
 
 
 def _t1_zero_size_product(shape):  # a size-0 dim zeroes every stride to its left
-    return tuple(math.prod(shape[i + 1:]) for i in range(len(shape)))
+    return tuple(math.prod(shape[i + 1 :]) for i in range(len(shape)))
 
 
 def _t1_scalar_has_a_stride(shape):
@@ -55,6 +56,7 @@ def _t1_numpy_ints(shape):
 
 
 # --- t2 is_contiguous -----------------------------------------------------------------------
+
 
 def _t2_equals_fresh(shape, strides):  # forgets that a size-1 dim's stride is free
     return tuple(strides) == tuple(torch.empty(shape).stride())
@@ -78,6 +80,7 @@ def _t2_tensor(shape, strides):
 
 
 # --- t3 sliding_windows, t4 im2col, t5 diagonal_view ------------------------------------------
+
 
 def _n(x, size, step):
     return (x.shape[0] - size) // step + 1
@@ -115,36 +118,50 @@ WRONG: dict[str, dict[str, tuple[Callable[..., Any], str]]] = {
         "a tensor instead of a bool": (_t2_tensor, "expected a Python bool, got Tensor"),
     },
     "t3": {
-        "assumes stride 1": (lambda x, size, step: x.as_strided((_n(x, size, step), size), (step, 1)),
-                             "(stride 2, offset 3), size 3, step 2: windows: values differ"),
-        "ignores the storage offset": (lambda x, size, step: x.as_strided(
-            (_n(x, size, step), size), (step * x.stride(0), x.stride(0)), 0), "offset 3), size 3, step 2: windows: values differ"),
+        "assumes stride 1": (
+            lambda x, size, step: x.as_strided((_n(x, size, step), size), (step, 1)),
+            "(stride 2, offset 3), size 3, step 2: windows: values differ",
+        ),
+        "ignores the storage offset": (
+            lambda x, size, step: x.as_strided((_n(x, size, step), size), (step * x.stride(0), x.stride(0)), 0),
+            "offset 3), size 3, step 2: windows: values differ",
+        ),
         "a copy": (lambda x, size, step: x.unfold(0, size, step).clone(), "it is a copy"),
-        "stacked slices": (lambda x, size, step: torch.stack([x[i * step:i * step + size]
-                                                              for i in range(_n(x, size, step))]), "it is a copy"),
+        "stacked slices": (
+            lambda x, size, step: torch.stack([x[i * step : i * step + size] for i in range(_n(x, size, step))]),
+            "it is a copy",
+        ),
         "one window short": (lambda x, size, step: x.unfold(0, size, step)[:-1], "wrong shape"),
     },
     "t4": {
-        "assumes a contiguous input": (_t4_assumes_contiguous, "transpose(1, 2) (offset 20), k 2: patches: values differ"),
+        "assumes a contiguous input": (
+            _t4_assumes_contiguous,
+            "transpose(1, 2) (offset 20), k 2: patches: values differ",
+        ),
         "patch axes swapped": (_t4_swapped_patch_axes, "values differ"),
         "ignores the storage offset": (_t4_no_offset, "(offset 20), k 2: patches: values differ"),
         "a copy": (lambda x, k: x.unfold(1, k, 1).unfold(2, k, 1).contiguous(), "it is a copy"),
         "returns None": (lambda x, k: None, "expected a torch.Tensor"),
     },
     "t5": {
-        "stride n + 1": (lambda x: x.as_strided((x.shape[0],), (x.shape[0] + 1,)),
-                         "[::2, ::2] (strides (12, 2)): diagonal: values differ: expected [0, 14, 28], got [0, 4, 8]"),
+        "stride n + 1": (
+            lambda x: x.as_strided((x.shape[0],), (x.shape[0] + 1,)),
+            "[::2, ::2] (strides (12, 2)): diagonal: values differ: expected [0, 14, 28], got [0, 4, 8]",
+        ),
         "stride(0) + 1": (lambda x: x.as_strided((x.shape[0],), (x.stride(0) + 1,)), "values differ"),
-        "ignores the storage offset": (lambda x: x.as_strided((x.shape[0],), (x.stride(0) + x.stride(1),), 0),
-                                       "(offset 6): diagonal: values differ: expected [6, 12, 18], got [0, 6, 12]"),
+        "ignores the storage offset": (
+            lambda x: x.as_strided((x.shape[0],), (x.stride(0) + x.stride(1),), 0),
+            "(offset 6): diagonal: values differ: expected [6, 12, 18], got [0, 6, 12]",
+        ),
         "torch.diag copies": (lambda x: torch.diag(x), "it is a copy"),
         "a list": (lambda x: torch.diagonal(x).tolist(), "expected a torch.Tensor"),
     },
 }
 
 
-@pytest.mark.parametrize("task,name", [(t, n) for t, ws in WRONG.items() for n in ws],
-                         ids=lambda v: str(v).replace(" ", "-"))
+@pytest.mark.parametrize(
+    "task,name", [(t, n) for t, ws in WRONG.items() for n in ws], ids=lambda v: str(v).replace(" ", "-")
+)
 def test_each_trap_fails_a_public_check_with_its_reason(task, name):
     fn, reason = WRONG[task][name]
     fails = _public_failures(task, fn)

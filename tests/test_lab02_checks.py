@@ -17,7 +17,6 @@ from torchcontracts.checks import Case, Check
 from torchcontracts.lessons.l02_autograd.lab02_autograd import build_mlp, lab
 
 
-
 @pytest.fixture(scope="module")
 def checks() -> dict[str, list[Check]]:
     """Public and hidden checks by task, the way the grader loads them."""
@@ -30,8 +29,11 @@ def _failures(checks: list[Check], fn: Callable[..., Any], seed: int = 12345) ->
 
 # --- common wrong answers, per task ----------------------------------------------------------
 
+
 def _function(forward: Callable[..., Any], backward: Callable[..., Any]) -> type[torch.autograd.Function]:
-    return type("Wrong", (torch.autograd.Function,), {"forward": staticmethod(forward), "backward": staticmethod(backward)})
+    return type(
+        "Wrong", (torch.autograd.Function,), {"forward": staticmethod(forward), "backward": staticmethod(backward)}
+    )
 
 
 def _lin_forward(ctx, x, w, b):
@@ -139,8 +141,10 @@ def _clip_fw(ctx, x, bound):
 T3_WRONG = {
     "clips the values": (_clip(lambda ctx, x, b: x.clamp(-b, b), lambda ctx, g: (g, None)), ("values differ",)),
     "one-sided clamp(max=bound)": (_clip(_clip_fw, lambda ctx, g: (g.clamp(max=ctx.bound), None)), ("values differ",)),
-    "no None for bound": (_clip(_clip_fw, lambda ctx, g: g.clamp(-ctx.bound, ctx.bound)),
-                          ("incorrect number of gradients",)),
+    "no None for bound": (
+        _clip(_clip_fw, lambda ctx, g: g.clamp(-ctx.bound, ctx.bound)),
+        ("incorrect number of gradients",),
+    ),
     "no clipping": (_clip(_clip_fw, lambda ctx, g: (g, None)), ("values differ",)),
     "returns x itself": (lambda x, bound: x, ("values differ",)),
 }
@@ -165,8 +169,10 @@ def _ste_saves_output(ctx, x):
 T4_WRONG = {
     "plain torch.sign": (lambda x: torch.sign(x), ("built-in op", "values differ")),
     "identity backward, no mask": (_ste(_ste_fw, lambda ctx, g: g), ("values differ",)),
-    "mask from the saved output": (_ste(_ste_saves_output, lambda ctx, g: g * (ctx.saved_tensors[0].abs() <= 1)),
-                                   ("values differ",)),
+    "mask from the saved output": (
+        _ste(_ste_saves_output, lambda ctx, g: g * (ctx.saved_tensors[0].abs() <= 1)),
+        ("values differ",),
+    ),
     "strict |x| < 1": (_ste(_ste_fw, lambda ctx, g: g * (ctx.saved_tensors[0].abs() < 1)), ("values differ",)),
 }
 
@@ -205,8 +211,10 @@ T5_WRONG = {
     "backward under no_grad": (_sp(_sp_fw, _sp_bw_no_grad), ("no graph", "raised", "Jacobian")),
     "backward detaches x": (_sp(_sp_fw, _sp_bw_detach), ("does not depend on x", "no graph", "raised", "Jacobian")),
     "naive log(1 + exp(x))": (_sp(_sp_naive_fw, _sp_bw), ("values differ", "NaN")),
-    "derivative sigmoid(-x)": (_sp(_sp_fw, lambda ctx, g: g * torch.sigmoid(-ctx.saved_tensors[0])),
-                               ("values differ", "Jacobian")),
+    "derivative sigmoid(-x)": (
+        _sp(_sp_fw, lambda ctx, g: g * torch.sigmoid(-ctx.saved_tensors[0])),
+        ("values differ", "Jacobian"),
+    ),
     "F.softplus without a Function": (lambda x: F.softplus(x), ("built-in op",)),
 }
 
@@ -226,8 +234,10 @@ def _norms_hooks_left(model, x, y):
 
 def _norms_post_accumulate(model, x, y):
     norms = {}
-    handles = [p.register_post_accumulate_grad_hook(lambda p, name=name: norms.__setitem__(name, p.grad.norm().item()))
-               for name, p in model.named_parameters()]
+    handles = [
+        p.register_post_accumulate_grad_hook(lambda p, name=name: norms.__setitem__(name, p.grad.norm().item()))
+        for name, p in model.named_parameters()
+    ]
     F.mse_loss(model(x), y).backward()
     for h in handles:
         h.remove()
@@ -241,8 +251,10 @@ def _norms_of_weights(model, x, y):
 
 def _norms_squared(model, x, y):
     norms = {}
-    handles = [p.register_hook(lambda g, name=name: norms.__setitem__(name, (g * g).sum().item()))
-               for name, p in model.named_parameters()]
+    handles = [
+        p.register_hook(lambda g, name=name: norms.__setitem__(name, (g * g).sum().item()))
+        for name, p in model.named_parameters()
+    ]
     F.mse_loss(model(x), y).backward()
     for h in handles:
         h.remove()
@@ -266,8 +278,9 @@ T6_WRONG = {
 WRONG = {"t1": T1_WRONG, "t2": T2_WRONG, "t3": T3_WRONG, "t4": T4_WRONG, "t5": T5_WRONG, "t6": T6_WRONG}
 
 
-@pytest.mark.parametrize("task,name", [(t, n) for t, ws in WRONG.items() for n in ws],
-                         ids=lambda v: str(v).replace(" ", "-"))
+@pytest.mark.parametrize(
+    "task,name", [(t, n) for t, ws in WRONG.items() for n in ws], ids=lambda v: str(v).replace(" ", "-")
+)
 def test_common_wrong_answer_fails_with_its_reason(task, name, checks):
     fn, reasons = WRONG[task][name]
     fails = _failures(checks[task], fn)
@@ -275,12 +288,15 @@ def test_common_wrong_answer_fails_with_its_reason(task, name, checks):
     assert any(r in f for f in fails for r in reasons), f"{task} '{name}': expected one of {reasons} in {fails}"
 
 
-@pytest.mark.parametrize("task,name", [
-    ("t2", "naive exp overflows"),
-    ("t4", "strict |x| < 1"),
-    ("t6", "reads .grad after backward (stale grads count)"),
-    ("t6", "post-accumulate hook reads .grad"),
-])
+@pytest.mark.parametrize(
+    "task,name",
+    [
+        ("t2", "naive exp overflows"),
+        ("t4", "strict |x| < 1"),
+        ("t6", "reads .grad after backward (stale grads count)"),
+        ("t6", "post-accumulate hook reads .grad"),
+    ],
+)
 def test_edge_case_answers_pass_public_checks_and_fail_hidden_ones(task, name, checks):
     fn, _ = WRONG[task][name]
     public = [c for c in checks[task] if not c.hidden]
@@ -290,8 +306,12 @@ def test_edge_case_answers_pass_public_checks_and_fail_hidden_ones(task, name, c
 
 
 def test_monitor_driver_builds_the_same_model_the_judge_does():
-    weights = [torch.randn(4, 3, dtype=torch.float64), torch.randn(4, dtype=torch.float64),
-               torch.randn(2, 4, dtype=torch.float64), torch.randn(2, dtype=torch.float64)]
+    weights = [
+        torch.randn(4, 3, dtype=torch.float64),
+        torch.randn(4, dtype=torch.float64),
+        torch.randn(2, 4, dtype=torch.float64),
+        torch.randn(2, dtype=torch.float64),
+    ]
     model = build_mlp(weights)
     assert [n for n, _ in model.named_parameters()] == ["0.weight", "0.bias", "2.weight", "2.bias"]
     assert all(torch.equal(p, w) for p, w in zip(model.parameters(), weights))

@@ -34,6 +34,7 @@ def _failures(checks: list[Check], fn: Callable[..., Any], hidden: bool | None =
 
 # --- t1 -------------------------------------------------------------------------------------------
 
+
 def t1_no_checkpoint(model, x, y):
     return F.mse_loss(model(x), y)
 
@@ -64,14 +65,17 @@ def t1_no_grad(model, x, y):
         return F.mse_loss(model(x), y)
 
 
-@pytest.mark.parametrize("wrong, reason", [
-    (t1_no_checkpoint, "budget"),
-    (t1_every_block, "budget"),
-    (t1_checkpoint_sequential, "last segment"),
-    (t1_reentrant, "use_reentrant=False"),
-    (t1_detached_boundary, "grad 0"),
-    (t1_no_grad, "requires_grad=True"),
-])
+@pytest.mark.parametrize(
+    "wrong, reason",
+    [
+        (t1_no_checkpoint, "budget"),
+        (t1_every_block, "budget"),
+        (t1_checkpoint_sequential, "last segment"),
+        (t1_reentrant, "use_reentrant=False"),
+        (t1_detached_boundary, "grad 0"),
+        (t1_no_grad, "requires_grad=True"),
+    ],
+)
 def test_t1_wrong_answers_fail_for_the_right_reason(wrong, reason, checks):
     with pytest.warns(UserWarning) if wrong is t1_reentrant else contextlib.nullcontext():
         fails = _failures(checks["t1"], wrong, hidden=False)
@@ -82,23 +86,27 @@ def test_t1_hidden_budget_is_tighter_than_the_public_one(checks):
     def four_segments(model, x, y):
         h = x
         for start in range(0, 8, 2):
-            h = checkpoint(model[start:start + 2], h, use_reentrant=False)
+            h = checkpoint(model[start : start + 2], h, use_reentrant=False)
         return F.mse_loss(h, y)
 
-    assert _failures(checks["t1"], four_segments, hidden=False) == []        # 3 boundaries + output = 4 activations
+    assert _failures(checks["t1"], four_segments, hidden=False) == []  # 3 boundaries + output = 4 activations
     fails = _failures(checks["t1"], four_segments, hidden=True)
     assert fails and "budget" in fails[0]
 
 
 # --- t2 -------------------------------------------------------------------------------------------
 
+
 def _loop(model, xs, ys, vx, vy, *, val_graph=False, worst_view=False, hook=False, keep_hook=False, late_feat=False):
     """A configurable version of the loop: each flag puts one leak (or one mistake) back."""
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     hist: dict[str, list[Any]] = {"train_loss": [], "val_loss": [], "worst": [], "feat_norm": []}
     feats: list[torch.Tensor] = []
-    handle = model[0].register_forward_hook(
-        lambda m, i, o: feats.append(o if hook else o.detach().norm().item())) if (hook or keep_hook) else None
+    handle = (
+        model[0].register_forward_hook(lambda m, i, o: feats.append(o if hook else o.detach().norm().item()))
+        if (hook or keep_hook)
+        else None
+    )
     for x, y in zip(xs, ys):
         opt.zero_grad()
         h = model[0](x)
@@ -120,12 +128,15 @@ def _loop(model, xs, ys, vx, vy, *, val_graph=False, worst_view=False, hook=Fals
     return hist
 
 
-@pytest.mark.parametrize("flags, reason", [
-    ({"val_graph": True}, "bytes held by the returned history"),
-    ({"worst_view": True}, "bytes held by the returned history"),
-    ({"hook": True}, "bytes still alive after it is dropped"),
-    ({"late_feat": True}, "feat_norm"),
-])
+@pytest.mark.parametrize(
+    "flags, reason",
+    [
+        ({"val_graph": True}, "bytes held by the returned history"),
+        ({"worst_view": True}, "bytes held by the returned history"),
+        ({"hook": True}, "bytes still alive after it is dropped"),
+        ({"late_feat": True}, "feat_norm"),
+    ],
+)
 def test_t2_loops_with_one_leak_or_mistake_left_fail(flags, reason, checks):
     fails = _failures(checks["t2"], lambda *a: _loop(*a, **flags), hidden=False)
     assert fails and reason in fails[0], fails
@@ -156,18 +167,21 @@ def test_t2_logging_detached_scalars_is_not_a_leak(checks):
 RIGHT = ((22 * MiB, 600 * KiB + 1536 * KiB), (22 * MiB, 20 * MiB + 500 * KiB), (40 * MiB, 24 * MiB))
 
 
-@pytest.mark.parametrize("answer, reason", [
-    # requested bytes instead of whole blocks in B's allocated; right reserved: passes public, fails hidden
-    (RIGHT[:1] + ((22 * MiB, 19 * MiB + 500 * KiB),) + RIGHT[2:], "hidden"),
-    # buddy-system thinking: a 1.5 MiB tensor in a 2 MiB block, segments of powers of two
-    (((4 * MiB, 2 * MiB + 600 * KiB),) + RIGHT[1:], "trace A reserved"),
-    # believing empty_cache releases the free holes of C
-    (RIGHT[:2] + ((32 * MiB, 24 * MiB),), "trace C reserved"),
-    # a new segment for b in trace B (no reuse of the cached 20 MiB block)
-    ((RIGHT[0], (42 * MiB, 19 * MiB + 500 * KiB), RIGHT[2]), "trace B reserved"),
-    # MiB as floats
-    (((22.0, 2.09), (22.0, 20.49), (40.0, 24.0)), "pair of Python ints"),
-])
+@pytest.mark.parametrize(
+    "answer, reason",
+    [
+        # requested bytes instead of whole blocks in B's allocated; right reserved: passes public, fails hidden
+        (RIGHT[:1] + ((22 * MiB, 19 * MiB + 500 * KiB),) + RIGHT[2:], "hidden"),
+        # buddy-system thinking: a 1.5 MiB tensor in a 2 MiB block, segments of powers of two
+        (((4 * MiB, 2 * MiB + 600 * KiB),) + RIGHT[1:], "trace A reserved"),
+        # believing empty_cache releases the free holes of C
+        (RIGHT[:2] + ((32 * MiB, 24 * MiB),), "trace C reserved"),
+        # a new segment for b in trace B (no reuse of the cached 20 MiB block)
+        ((RIGHT[0], (42 * MiB, 19 * MiB + 500 * KiB), RIGHT[2]), "trace B reserved"),
+        # MiB as floats
+        (((22.0, 2.09), (22.0, 20.49), (40.0, 24.0)), "pair of Python ints"),
+    ],
+)
 def test_t3_wrong_predictions_fail(answer, reason, checks):
     fn = lambda: answer  # noqa: E731
     fn.__name__ = "predict_memory"

@@ -19,7 +19,15 @@ import torch
 from conftest import checks_by_task
 from torchcontracts.checks import Case, Check
 from torchcontracts.lessons.l04_async.lab04_timing import (
-    SimStream, Workload, broken_speedup, expected_intensity, judge_bench, judge_speedup, lab, run_bench, run_speedup,
+    SimStream,
+    Workload,
+    broken_speedup,
+    expected_intensity,
+    judge_bench,
+    judge_speedup,
+    lab,
+    run_bench,
+    run_speedup,
 )
 
 
@@ -35,8 +43,10 @@ def _failures(checks: list[Check], fn: Callable[..., Any], hidden: bool | None =
 
 # --- t1: benches that get one rule wrong ------------------------------------------------------------
 
-def _bench(fn, args, sync, *, warm=True, synced=True, adaptive=True, per_call=True, count_calibration=True,
-           samples=7) -> dict:
+
+def _bench(
+    fn, args, sync, *, warm=True, synced=True, adaptive=True, per_call=True, count_calibration=True, samples=7
+) -> dict:
     sync = sync or (lambda: None)
     calls = 0
     if warm:
@@ -105,16 +115,19 @@ def test_a_good_bench_passes_every_check(checks):
     assert _failures(checks["t1"], good) == []
 
 
-@pytest.mark.parametrize("wrong, reason", [
-    (no_warmup, "warm-up"),
-    (no_sync, "sync"),
-    (one_call_per_sample, "sample length"),
-    (per_sample_times, "per call"),
-    (forgets_calibration_calls, "calls add up"),
-    (two_samples, "at least 5 samples"),
-    (forged, "fastest sample"),
-    (lambda fn, *args, sync=None: 0.001, "not a dict"),
-])
+@pytest.mark.parametrize(
+    "wrong, reason",
+    [
+        (no_warmup, "warm-up"),
+        (no_sync, "sync"),
+        (one_call_per_sample, "sample length"),
+        (per_sample_times, "per call"),
+        (forgets_calibration_calls, "calls add up"),
+        (two_samples, "at least 5 samples"),
+        (forged, "fastest sample"),
+        (lambda fn, *args, sync=None: 0.001, "not a dict"),
+    ],
+)
 def test_t1_wrong_benches_fail_for_the_right_reason(wrong, reason, checks):
     fails = _failures(checks["t1"], wrong, hidden=False)
     assert fails and any(reason in f for f in fails), fails
@@ -147,7 +160,10 @@ def test_t1_a_right_bench_whose_first_attempt_a_busy_machine_spoiled_passes_on_t
     assert "retry" in record and len(attempts) == 4
     assert all(r.ok for r in judge_bench(case, record))
     first_only = {k: v for k, v in record.items() if k != "retry"}
-    assert [r.name for r in judge_bench(case, first_only) if not r.ok] == ["workload 1: per call", "workload 2: per call"]
+    assert [r.name for r in judge_bench(case, first_only) if not r.ok] == [
+        "workload 1: per call",
+        "workload 2: per call",
+    ]
 
 
 def _ten_per_sample_undivided(fn, *args, sync=None):
@@ -198,13 +214,17 @@ def test_t1_workloads_cost_what_they_say_and_count_their_calls():
 
 # --- t2 ---------------------------------------------------------------------------------------------
 
+
 def _ref_intensity(op, shapes, dtype="float32", stride=1, padding=0):
     flops, nbytes = expected_intensity(op, shapes, dtype, stride, padding)
     return {"flops": flops, "bytes": nbytes, "intensity": flops / nbytes}
 
 
 def test_t2_the_judges_truth_matches_hand_counts():
-    assert expected_intensity("matmul", [[64, 128], [128, 32]]) == (2 * 64 * 128 * 32, 4 * (64 * 128 + 128 * 32 + 64 * 32))
+    assert expected_intensity("matmul", [[64, 128], [128, 32]]) == (
+        2 * 64 * 128 * 32,
+        4 * (64 * 128 + 128 * 32 + 64 * 32),
+    )
     assert expected_intensity("add", [[512, 300], [300]]) == (512 * 300, 4 * (2 * 512 * 300 + 300))
     flops, _ = expected_intensity("conv2d", [[8, 3, 32, 32], [16, 3, 3, 3]], padding=1)
     assert flops == 2 * 8 * 16 * 32 * 32 * 3 * 9
@@ -216,6 +236,7 @@ def _scaled(key: str, factor: float):
         out[key] = type(out[key])(out[key] * factor)
         out["intensity"] = out["flops"] / out["bytes"]
         return out
+
     return wrong
 
 
@@ -236,22 +257,31 @@ def full_size_broadcast(op, shapes, dtype="float32", stride=1, padding=0):
     return out
 
 
-@pytest.mark.parametrize("wrong, reason, hidden", [
-    (_scaled("flops", 0.5), "a multiply-add is 2 FLOPs", False),
-    (lambda op, shapes, dtype="float32", stride=1, padding=0:
-        {**_ref_intensity(op, shapes, dtype, stride, padding),
-         "bytes": expected_intensity(op, shapes, dtype, stride, padding)[1]
-         // torch.empty((), dtype=getattr(torch, dtype)).element_size()}, "elements", False),
-    (no_output_bytes, "count the output", False),
-    (full_size_broadcast, "broadcast input is small", True),
-    (lambda *a, **k: (1, 2, 3), "return {'flops'", False),
-])
+@pytest.mark.parametrize(
+    "wrong, reason, hidden",
+    [
+        (_scaled("flops", 0.5), "a multiply-add is 2 FLOPs", False),
+        (
+            lambda op, shapes, dtype="float32", stride=1, padding=0: {
+                **_ref_intensity(op, shapes, dtype, stride, padding),
+                "bytes": expected_intensity(op, shapes, dtype, stride, padding)[1]
+                // torch.empty((), dtype=getattr(torch, dtype)).element_size(),
+            },
+            "elements",
+            False,
+        ),
+        (no_output_bytes, "count the output", False),
+        (full_size_broadcast, "broadcast input is small", True),
+        (lambda *a, **k: (1, 2, 3), "return {'flops'", False),
+    ],
+)
 def test_t2_wrong_answers_fail_for_the_right_reason(wrong, reason, hidden, checks):
     fails = _failures(checks["t2"], wrong, hidden=hidden)
     assert fails and reason in fails[0], fails
 
 
 # --- t3 ---------------------------------------------------------------------------------------------
+
 
 def _place(kernels, ceilings, roof=min, percent=100, flip=False):
     bw, peak = ceilings["bandwidth"], ceilings["peak"]
@@ -260,8 +290,15 @@ def _place(kernels, ceilings, roof=min, percent=100, flip=False):
         i = k["flops"] / k["bytes"]
         att = roof(peak, bw * i)
         memory = i < peak / bw
-        out.append({"name": k["name"], "intensity": i, "attainable": att, "percent": percent * k["flops"] / k["seconds"] / att,
-                    "bound": ("compute" if memory else "memory") if flip else ("memory" if memory else "compute")})
+        out.append(
+            {
+                "name": k["name"],
+                "intensity": i,
+                "attainable": att,
+                "percent": percent * k["flops"] / k["seconds"] / att,
+                "bound": ("compute" if memory else "memory") if flip else ("memory" if memory else "compute"),
+            }
+        )
     return out
 
 
@@ -269,12 +306,15 @@ def test_t3_reference_passes(checks):
     assert _failures(checks["t3"], _place) == []
 
 
-@pytest.mark.parametrize("wrong, reason", [
-    (lambda k, c: _place(k, c, roof=max), "min(peak, bandwidth x intensity)"),
-    (lambda k, c: _place(k, c, percent=1), "100 x"),
-    (lambda k, c: _place(k, c, flip=True), "ridge point"),
-    (lambda k, c: _place(k, c)[:1], "return a list of 3 dicts"),
-])
+@pytest.mark.parametrize(
+    "wrong, reason",
+    [
+        (lambda k, c: _place(k, c, roof=max), "min(peak, bandwidth x intensity)"),
+        (lambda k, c: _place(k, c, percent=1), "100 x"),
+        (lambda k, c: _place(k, c, flip=True), "ridge point"),
+        (lambda k, c: _place(k, c)[:1], "return a list of 3 dicts"),
+    ],
+)
 def test_t3_wrong_answers_fail_for_the_right_reason(wrong, reason, checks):
     fails = _failures(checks["t3"], wrong, hidden=False)
     assert fails and reason in fails[0], fails
@@ -293,6 +333,7 @@ def test_t3_at_the_ridge_a_kernel_is_compute_bound(checks):
 
 
 # --- t4 ---------------------------------------------------------------------------------------------
+
 
 def _speedup(fn_a, fn_b, *args, sync=None, warm=True, synced=True, samples=15, inverted=False):
     sync = sync or (lambda: None)
@@ -329,11 +370,14 @@ def test_t4_reference_passes(checks):
     assert _failures(checks["t4"], _speedup) == []
 
 
-@pytest.mark.parametrize("wrong, reason", [
-    (broken_speedup, "lazy init"),
-    (lambda a, b, *args, sync=None: _speedup(a, b, *args, sync=sync, inverted=True), "inverted"),
-    (lambda a, b, *args, sync=None: _speedup(a, b, *args, sync=sync, synced=False), "sync()"),
-])
+@pytest.mark.parametrize(
+    "wrong, reason",
+    [
+        (broken_speedup, "lazy init"),
+        (lambda a, b, *args, sync=None: _speedup(a, b, *args, sync=sync, inverted=True), "inverted"),
+        (lambda a, b, *args, sync=None: _speedup(a, b, *args, sync=sync, synced=False), "sync()"),
+    ],
+)
 def test_t4_wrong_answers_fail_for_the_right_reason(wrong, reason, checks):
     fails = _failures(checks["t4"], wrong, hidden=False)
     assert fails and any(reason in f for f in fails), fails

@@ -49,6 +49,7 @@ def test_the_reference_passes_public_and_hidden_checks(checks, ref):
 
 # --- t1 -------------------------------------------------------------------------------------------
 
+
 def _parts(x, y, k):
     return zip(torch.tensor_split(x, k), torch.tensor_split(y, k))
 
@@ -88,14 +89,17 @@ def t1_steps_too(model, x, y, k):
     torch.optim.SGD(model.parameters(), lr=0.1).step()
 
 
-@pytest.mark.parametrize("wrong, reason", [
-    (t1_no_zero_grad, "stale .grad"),
-    (t1_one_over_k, "n_i / N"),
-    (t1_unscaled, "scaled by its share"),
-    (t1_whole_batch, "never run it whole"),
-    (t1_zero_inside_the_loop, "zero once before the loop"),
-    (t1_steps_too, "no optimizer step"),
-])
+@pytest.mark.parametrize(
+    "wrong, reason",
+    [
+        (t1_no_zero_grad, "stale .grad"),
+        (t1_one_over_k, "n_i / N"),
+        (t1_unscaled, "scaled by its share"),
+        (t1_whole_batch, "never run it whole"),
+        (t1_zero_inside_the_loop, "zero once before the loop"),
+        (t1_steps_too, "no optimizer step"),
+    ],
+)
 def test_t1_wrong_answers_fail_for_the_right_reason(wrong, reason, checks):
     fails = _failures(checks["t1"], wrong, hidden=False)
     assert fails and reason in fails[0], fails
@@ -103,8 +107,23 @@ def test_t1_wrong_answers_fail_for_the_right_reason(wrong, reason, checks):
 
 # --- t2 -------------------------------------------------------------------------------------------
 
-def _amp(model, opt, scaler, x, y, max_norm, *, autocast=True, unscale=True, clip=True, zero=True, via_scaler=True,
-         update=True, flag="scale"):
+
+def _amp(
+    model,
+    opt,
+    scaler,
+    x,
+    y,
+    max_norm,
+    *,
+    autocast=True,
+    unscale=True,
+    clip=True,
+    zero=True,
+    via_scaler=True,
+    update=True,
+    flag="scale",
+):
     if zero:
         opt.zero_grad()
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
@@ -121,15 +140,18 @@ def _amp(model, opt, scaler, x, y, max_norm, *, autocast=True, unscale=True, cli
     return scaler.get_scale() >= before if flag == "scale" else ret is not False
 
 
-@pytest.mark.parametrize("options, reason", [
-    ({"autocast": False}, "did not run in bfloat16"),
-    ({"unscale": False}, "unscale_ before clipping"),
-    ({"clip": False}, "parameters differ"),
-    ({"zero": False}, "parameters differ"),
-    ({"via_scaler": False}, "at an overflow step the parameters must not change"),
-    ({"flag": "step() is not False"}, "scaler.step returns None either way"),
-    ({"update": False}, "call scaler.update()"),
-])
+@pytest.mark.parametrize(
+    "options, reason",
+    [
+        ({"autocast": False}, "did not run in bfloat16"),
+        ({"unscale": False}, "unscale_ before clipping"),
+        ({"clip": False}, "parameters differ"),
+        ({"zero": False}, "parameters differ"),
+        ({"via_scaler": False}, "at an overflow step the parameters must not change"),
+        ({"flag": "step() is not False"}, "scaler.step returns None either way"),
+        ({"update": False}, "call scaler.update()"),
+    ],
+)
 def test_t2_wrong_answers_fail_for_the_right_reason(options, reason, checks):
     def amp_step(model, opt, scaler, x, y, max_norm):
         return _amp(model, opt, scaler, x, y, max_norm, **options)
@@ -140,6 +162,7 @@ def test_t2_wrong_answers_fail_for_the_right_reason(options, reason, checks):
 
 def test_t2_backward_inside_autocast_is_fine(checks):
     """C103 of lesson 06: backward inside the autocast block gives the same step."""
+
     def amp_step(model, opt, scaler, x, y, max_norm):
         opt.zero_grad()
         with torch.autocast("cpu", dtype=torch.bfloat16):
@@ -155,6 +178,7 @@ def test_t2_backward_inside_autocast_is_fine(checks):
 
 
 # --- t3 -------------------------------------------------------------------------------------------
+
 
 def t3_nothing(worker_id):
     pass
@@ -183,14 +207,17 @@ def t3_64_bit_legacy_seed(worker_id):
     np.random.seed(torch.initial_seed())
 
 
-@pytest.mark.parametrize("wrong, reason", [
-    (t3_nothing, "self.rng (the dataset's Generator): distinct across workers"),
-    (t3_docs_recipe, "self.rng (the dataset's Generator): distinct across workers"),
-    (t3_worker_id, "self.rng (the dataset's Generator): new each epoch"),
-    (t3_the_seeds_fix, "new each epoch"),
-    (t3_os_entropy, "reproducible for a seed"),
-    (t3_64_bit_legacy_seed, "Seed must be between 0 and 2**32 - 1"),
-])
+@pytest.mark.parametrize(
+    "wrong, reason",
+    [
+        (t3_nothing, "self.rng (the dataset's Generator): distinct across workers"),
+        (t3_docs_recipe, "self.rng (the dataset's Generator): distinct across workers"),
+        (t3_worker_id, "self.rng (the dataset's Generator): new each epoch"),
+        (t3_the_seeds_fix, "new each epoch"),
+        (t3_os_entropy, "reproducible for a seed"),
+        (t3_64_bit_legacy_seed, "Seed must be between 0 and 2**32 - 1"),
+    ],
+)
 def test_t3_wrong_answers_fail_for_the_right_reason(wrong, reason, checks):
     fails = _failures(checks["t3"], wrong, hidden=False)
     assert fails and reason in fails[0], fails
@@ -214,12 +241,22 @@ def test_t3_a_stub_reads_as_not_implemented(checks):
 
 # --- t4 -------------------------------------------------------------------------------------------
 
-def make_train(*, optimizer=True, scheduler=True, rng=True, loader=True, rng_before_setup=False, seed_from="ckpt",
-               live_optimizer=False) -> Callable[..., dict]:
+
+def make_train(
+    *,
+    optimizer=True,
+    scheduler=True,
+    rng=True,
+    loader=True,
+    rng_before_setup=False,
+    seed_from="ckpt",
+    live_optimizer=False,
+) -> Callable[..., dict]:
     """The reference ``train`` with one thing not saved or not restored."""
+
     def train(seed, steps, ckpt=None):
         if ckpt is not None and rng_before_setup:
-            torch.set_rng_state(ckpt["rng"])      # setup() reseeds the global RNG afterwards
+            torch.set_rng_state(ckpt["rng"])  # setup() reseeds the global RNG afterwards
         model, opt, sched, data, gen = setup(seed)
         step = 0
         if ckpt is not None:
@@ -236,7 +273,7 @@ def make_train(*, optimizer=True, scheduler=True, rng=True, loader=True, rng_bef
         while step < steps:
             epoch, done = divmod(step, len(data))
             if resumed and not loader:
-                epoch, done = 0, 0                 # the epoch starts over, in epoch 0's order
+                epoch, done = 0, 0  # the epoch starts over, in epoch 0's order
             resumed = False
             gen.manual_seed(epoch_seed(seed, epoch))
             for i, (x, y) in enumerate(data):
@@ -246,18 +283,26 @@ def make_train(*, optimizer=True, scheduler=True, rng=True, loader=True, rng_bef
                 step += 1
                 if step == steps:
                     break
-        return {"seed": seed, "step": step, "model": model.state_dict(),
-                "optimizer": opt if live_optimizer else opt.state_dict(),
-                "scheduler": sched.state_dict(), "rng": torch.get_rng_state()}
+        return {
+            "seed": seed,
+            "step": step,
+            "model": model.state_dict(),
+            "optimizer": opt if live_optimizer else opt.state_dict(),
+            "scheduler": sched.state_dict(),
+            "rng": torch.get_rng_state(),
+        }
 
     return train
 
 
-@pytest.mark.parametrize("mistake, options, reason", [
-    ("optimizer state not saved", {"optimizer": False}, "restore the optimizer's"),
-    ("RNG state not saved", {"rng": False}, "the RNG state was not restored"),
-    ("loader order not restored", {"loader": False}, "the loader order was not restored"),
-])
+@pytest.mark.parametrize(
+    "mistake, options, reason",
+    [
+        ("optimizer state not saved", {"optimizer": False}, "restore the optimizer's"),
+        ("RNG state not saved", {"rng": False}, "the RNG state was not restored"),
+        ("loader order not restored", {"loader": False}, "the loader order was not restored"),
+    ],
+)
 def test_t4_the_three_usual_mistakes_break_the_bitwise_resume(mistake, options, reason, checks):
     fails = _failures(checks["t4"], make_train(**options), hidden=False)
     assert fails and reason in fails[0], (mistake, fails)
@@ -265,12 +310,15 @@ def test_t4_the_three_usual_mistakes_break_the_bitwise_resume(mistake, options, 
     assert hidden and reason in hidden[0], (mistake, hidden)
 
 
-@pytest.mark.parametrize("options, reason", [
-    ({"scheduler": False}, "scheduler's state_dict"),
-    ({"rng_before_setup": True}, "the RNG state was not restored"),
-    ({"seed_from": "argument"}, "the loader order was not restored"),
-    ({"live_optimizer": True}, "cannot be read back with torch.load(weights_only=True)"),
-])
+@pytest.mark.parametrize(
+    "options, reason",
+    [
+        ({"scheduler": False}, "scheduler's state_dict"),
+        ({"rng_before_setup": True}, "the RNG state was not restored"),
+        ({"seed_from": "argument"}, "the loader order was not restored"),
+        ({"live_optimizer": True}, "cannot be read back with torch.load(weights_only=True)"),
+    ],
+)
 def test_t4_other_mistakes_fail_for_the_right_reason(options, reason, checks):
     fails = _failures(checks["t4"], make_train(**options), hidden=False)
     assert fails and reason in fails[0], fails
@@ -279,8 +327,9 @@ def test_t4_other_mistakes_fail_for_the_right_reason(options, reason, checks):
 def test_t4_a_train_that_ignores_its_checkpoint_fails(checks):
     """Recomputing from the seed instead of resuming would match the uninterrupted run, so the check resumes
     with another seed argument."""
+
     def train(seed, steps, ckpt=None):
-        return make_train()(seed, steps)       # never reads ckpt
+        return make_train()(seed, steps)  # never reads ckpt
 
     fails = _failures(checks["t4"], train, hidden=False)
     assert fails and "from step" in fails[0], fails
@@ -288,6 +337,7 @@ def test_t4_a_train_that_ignores_its_checkpoint_fails(checks):
 
 def test_t4_a_train_that_does_not_follow_the_recipe_fails(checks):
     """A run that never trains is trivially resumable: the check also compares it with the recipe."""
+
     def train(seed, steps, ckpt=None):
         model, *_ = setup(seed)
         return {"step": steps, "model": model.state_dict()}

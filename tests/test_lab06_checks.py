@@ -38,6 +38,7 @@ def _failures(checks: list[Check], fn: Callable[..., Any], hidden: bool | None =
 
 # --- t1 make_exportable ---------------------------------------------------------------------------
 
+
 class _Cond(nn.Module):
     def __init__(self, model, offset_as: str = "buffer", branch: str = "cond"):
         super().__init__()
@@ -66,15 +67,18 @@ def test_t1_a_torch_where_rewrite_passes(checks):
     assert not _failures(checks["t1"], lambda m: _Cond(m, branch="where"), hidden=None)
 
 
-@pytest.mark.parametrize("wrong, reason", [
-    (lambda m: m, "torch.export.export(model, (x,)) failed"),                       # the Python if is still there
-    (lambda m: _Cond(m, offset_as="plain"), "plain tensor attribute"),
-    (lambda m: _Cond(m, offset_as="parameter"), "nn.Parameter"),
-    (lambda m: _Cond(m, offset_as="non-persistent"), "persistent=False"),
-    (lambda m: _Cond(m, branch="always"), "values differ"),                          # the branch fixed at export
-    (lambda m: _Cond(L.make_fragile(seed=99)), "values differ"),                     # another model's weights
-    (lambda m: None, "return an nn.Module"),
-])
+@pytest.mark.parametrize(
+    "wrong, reason",
+    [
+        (lambda m: m, "torch.export.export(model, (x,)) failed"),  # the Python if is still there
+        (lambda m: _Cond(m, offset_as="plain"), "plain tensor attribute"),
+        (lambda m: _Cond(m, offset_as="parameter"), "nn.Parameter"),
+        (lambda m: _Cond(m, offset_as="non-persistent"), "persistent=False"),
+        (lambda m: _Cond(m, branch="always"), "values differ"),  # the branch fixed at export
+        (lambda m: _Cond(L.make_fragile(seed=99)), "values differ"),  # another model's weights
+        (lambda m: None, "return an nn.Module"),
+    ],
+)
 def test_t1_wrong_answers_fail_for_the_right_reason(checks, wrong, reason):
     fails = _failures(checks["t1"], wrong)
     assert fails and reason in fails[0], fails
@@ -88,17 +92,27 @@ def test_t1_a_fixed_branch_is_named_as_such(checks):
 
 # --- t2 export_dynamic ----------------------------------------------------------------------------
 
+
 def _dynamic(model, example):
     return torch.export.export(model.eval(), (example,), dynamic_shapes={"x": {0: Dim("batch")}})
 
 
-@pytest.mark.parametrize("wrong, reason", [
-    (lambda m, x: torch.export.export(m.eval(), (x,)), "the batch size is fixed"),           # no dynamic_shapes
-    (lambda m, x: torch.export.export(m.eval(), (x,), dynamic_shapes={"x": {0: Dim("b", max=16)}}), "no max below 17"),
-    (lambda m, x: torch.export.export(m, (x,), dynamic_shapes={"x": {0: Dim("b")}}), "exported in training mode"),  # training mode
-    (lambda m, x: _dynamic(L.make_classifier(seed=7), x), "values differ"),                 # another model's weights
-    (lambda m, x: m.eval(), "return the torch.export.ExportedProgram itself"),
-])
+@pytest.mark.parametrize(
+    "wrong, reason",
+    [
+        (lambda m, x: torch.export.export(m.eval(), (x,)), "the batch size is fixed"),  # no dynamic_shapes
+        (
+            lambda m, x: torch.export.export(m.eval(), (x,), dynamic_shapes={"x": {0: Dim("b", max=16)}}),
+            "no max below 17",
+        ),
+        (
+            lambda m, x: torch.export.export(m, (x,), dynamic_shapes={"x": {0: Dim("b")}}),
+            "exported in training mode",
+        ),  # training mode
+        (lambda m, x: _dynamic(L.make_classifier(seed=7), x), "values differ"),  # another model's weights
+        (lambda m, x: m.eval(), "return the torch.export.ExportedProgram itself"),
+    ],
+)
 def test_t2_wrong_answers_fail_for_the_right_reason(checks, wrong, reason):
     fails = _failures(checks["t2"], wrong)
     assert fails and reason in fails[0], fails
@@ -115,23 +129,34 @@ def test_t2_reference_passes_hidden_checks_too(checks):
 
 # --- t3 export_onnx -------------------------------------------------------------------------------
 
+
 def _onnx(model, example, **kw):
     return torch.onnx.export(model.eval(), (example,), dynamo=True, verbose=False, **kw)
 
 
 def _legacy_bytes(model, example):
     buf = io.BytesIO()
-    torch.onnx.export(model.eval(), (example,), buf, dynamo=False, opset_version=11, input_names=["x"],
-                      dynamic_axes={"x": {0: "batch"}})
+    torch.onnx.export(
+        model.eval(),
+        (example,),
+        buf,
+        dynamo=False,
+        opset_version=11,
+        input_names=["x"],
+        dynamic_axes={"x": {0: "batch"}},
+    )
     return buf.getvalue()
 
 
-@pytest.mark.parametrize("wrong, reason", [
-    (lambda m, x: _onnx(m, x), "running it failed"),                                            # static batch
-    (lambda m, x: _onnx(m, x, opset_version=17, dynamic_shapes={"x": {0: Dim("b")}}), "below 18"),
-    (lambda m, x: _onnx(L.make_upsampler(seed=5), x, dynamic_shapes={"x": {0: Dim("b")}}), "values differ"),
-    (lambda m, x: m, "return the torch.onnx.ONNXProgram"),
-])
+@pytest.mark.parametrize(
+    "wrong, reason",
+    [
+        (lambda m, x: _onnx(m, x), "running it failed"),  # static batch
+        (lambda m, x: _onnx(m, x, opset_version=17, dynamic_shapes={"x": {0: Dim("b")}}), "below 18"),
+        (lambda m, x: _onnx(L.make_upsampler(seed=5), x, dynamic_shapes={"x": {0: Dim("b")}}), "values differ"),
+        (lambda m, x: m, "return the torch.onnx.ONNXProgram"),
+    ],
+)
 def test_t3_wrong_answers_fail_for_the_right_reason(checks, wrong, reason):
     fails = _failures(checks["t3"], wrong)
     assert fails and reason in fails[0], fails
@@ -143,6 +168,7 @@ def test_t3_the_torchscript_exporter_at_opset_11_fails_the_opset_row(checks):
 
 
 # --- t4 quantize_int8 -----------------------------------------------------------------------------
+
 
 def _w8(model):
     quantize_(model, Int8WeightOnlyConfig())
@@ -163,13 +189,16 @@ def test_t4_dynamic_int8_passes_too(checks):
     assert not _failures(checks["t4"], _w8, hidden=None)
 
 
-@pytest.mark.parametrize("wrong, reason", [
-    (lambda m: m, "only 1.00x smaller"),                                    # not quantized at all
-    (lambda m: m.half(), "smaller than the fp32 file"),                     # half precision: under 2x, not int8
-    (_first_layer_only, "quantize every Linear"),
-    (lambda m: torch.ao.quantization.quantize_dynamic(m, {nn.Linear}, dtype=torch.qint8), "do not fit"),
-    (lambda m: "model", "return the quantized nn.Module"),
-])
+@pytest.mark.parametrize(
+    "wrong, reason",
+    [
+        (lambda m: m, "only 1.00x smaller"),  # not quantized at all
+        (lambda m: m.half(), "smaller than the fp32 file"),  # half precision: under 2x, not int8
+        (_first_layer_only, "quantize every Linear"),
+        (lambda m: torch.ao.quantization.quantize_dynamic(m, {nn.Linear}, dtype=torch.qint8), "do not fit"),
+        (lambda m: "model", "return the quantized nn.Module"),
+    ],
+)
 def test_t4_wrong_answers_fail_for_the_right_reason(checks, wrong, reason):
     import warnings
 

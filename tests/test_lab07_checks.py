@@ -27,8 +27,9 @@ from torchcontracts.checks import Check
 from torchcontracts.lessons.l09_distributed.dist_tools import live_children
 from torchcontracts.lessons.l09_distributed.lab07_ddp import lab
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux") or not dist.is_gloo_available(),
-                                reason="lab 07's checks fork a gloo group")
+pytestmark = pytest.mark.skipif(
+    not sys.platform.startswith("linux") or not dist.is_gloo_available(), reason="lab 07's checks fork a gloo group"
+)
 
 
 @pytest.fixture(scope="module")
@@ -39,6 +40,7 @@ def checks() -> dict[str, list[Check]]:
 
 def _ranks_alive() -> list[int]:
     """Live children of this process, except the grader's fork server (kept for the next submission, closed at exit)."""
+
     def ours(pid: int) -> bool:
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as fh:
@@ -46,6 +48,7 @@ def _ranks_alive() -> list[int]:
         except OSError:
             return False
         return b"torchcontracts.grading" not in cmd and b"bwrap" not in cmd
+
     return [p for p in live_children() if ours(p)]
 
 
@@ -61,6 +64,7 @@ def _failures(checks: list[Check], fn: Callable[..., Any], hidden: bool | None =
 
 
 # --- references ---------------------------------------------------------------------------------------
+
 
 def ddp_grads(rank, world_size, model, x, y, n_global):
     ddp = DDP(model)  # keep it alive until backward has run: its reducer does the all-reduce
@@ -91,6 +95,7 @@ def test_the_references_pass_public_and_hidden_checks(checks):
 
 # --- t1 -----------------------------------------------------------------------------------------------
 
+
 def t1_no_scale(rank, world_size, model, x, y, n_global):
     ddp = DDP(model)
     F.mse_loss(ddp(x), y).backward()
@@ -120,13 +125,16 @@ def t1_no_grads(rank, world_size, model, x, y, n_global):
     return model
 
 
-@pytest.mark.parametrize("wrong, reason", [
-    (t1_no_scale, "scale this rank's loss by n_local * world_size / n_global"),
-    (t1_no_ddp, "gradient of this rank's shard alone: wrap the model in DDP"),
-    (t1_temporary_ddp, "keep the DDP object alive until backward"),
-    (t1_sum_after_ddp, "2x too large"),
-    (t1_no_grads, "not plain data"),
-])
+@pytest.mark.parametrize(
+    "wrong, reason",
+    [
+        (t1_no_scale, "scale this rank's loss by n_local * world_size / n_global"),
+        (t1_no_ddp, "gradient of this rank's shard alone: wrap the model in DDP"),
+        (t1_temporary_ddp, "keep the DDP object alive until backward"),
+        (t1_sum_after_ddp, "2x too large"),
+        (t1_no_grads, "not plain data"),
+    ],
+)
 def test_t1_wrong_answers_fail_for_the_right_reason(wrong, reason, checks):
     fails = _failures(checks["t1"], wrong, hidden=False)
     assert fails and reason in fails[0] and "\n" not in fails[0], fails
@@ -135,8 +143,9 @@ def test_t1_wrong_answers_fail_for_the_right_reason(wrong, reason, checks):
 def t1_forger(rank, world_size, model, x, y, n_global):
     """No process group: look for the global batch in this process's memory, else use the shard."""
     # type(), not isinstance(): isinstance dereferences a weakref.proxy, and a dead one raises ReferenceError
-    found = [o for o in gc.get_objects()
-             if issubclass(type(o), torch.Tensor) and o.dim() == 2 and o.shape[0] == n_global]
+    found = [
+        o for o in gc.get_objects() if issubclass(type(o), torch.Tensor) and o.dim() == 2 and o.shape[0] == n_global
+    ]
     xs = [t for t in found if t.shape[1] == x.shape[1]]
     ys = [t for t in found if t.shape[1] == y.shape[1]]
     if xs and ys:
@@ -163,10 +172,13 @@ def t1_rank1_dies(rank, world_size, model, x, y, n_global):
     return ddp_grads(rank, world_size, model, x, y, n_global)
 
 
-@pytest.mark.parametrize("wrong, reason", [
-    (t1_rank1_hangs, "raised TimeoutError: rank 1 never reached the collective"),
-    (t1_rank1_dies, "raised ChildProcessError: rank 1 died (exit code 9)"),
-])
+@pytest.mark.parametrize(
+    "wrong, reason",
+    [
+        (t1_rank1_hangs, "raised TimeoutError: rank 1 never reached the collective"),
+        (t1_rank1_dies, "raised ChildProcessError: rank 1 died (exit code 9)"),
+    ],
+)
 def test_t1_a_hanging_or_dying_rank_fails_fast_in_one_line(wrong, reason, checks):
     t0 = time.monotonic()
     fails = _failures(checks["t1"], wrong, hidden=False)
@@ -175,6 +187,7 @@ def test_t1_a_hanging_or_dying_rank_fails_fast_in_one_line(wrong, reason, checks
 
 
 # --- t2 -----------------------------------------------------------------------------------------------
+
 
 def t2_no_set_epoch(rank, world_size, dataset_len, epochs, seed):
     sampler = DistributedSampler(range(dataset_len), shuffle=True, seed=seed)
@@ -200,7 +213,7 @@ def t2_contiguous_chunks(rank, world_size, dataset_len, epochs, seed):
         sampler.set_epoch(epoch)
         order = list(sampler)
         per = -(-dataset_len // world_size)
-        out.append((order + order)[rank * per:(rank + 1) * per])
+        out.append((order + order)[rank * per : (rank + 1) * per])
     return out
 
 
@@ -213,19 +226,23 @@ def t2_drop_last(rank, world_size, dataset_len, epochs, seed):
     return out
 
 
-@pytest.mark.parametrize("wrong, reason", [
-    (t2_no_set_epoch, "call sampler.set_epoch(epoch) before each epoch"),
-    (t2_seed_per_rank, "visited by no rank"),
-    (t2_no_padding, "pads by repeating"),
-    (t2_contiguous_chunks, "not DistributedSampler's order"),
-    (t2_drop_last, "visited by no rank"),
-])
+@pytest.mark.parametrize(
+    "wrong, reason",
+    [
+        (t2_no_set_epoch, "call sampler.set_epoch(epoch) before each epoch"),
+        (t2_seed_per_rank, "visited by no rank"),
+        (t2_no_padding, "pads by repeating"),
+        (t2_contiguous_chunks, "not DistributedSampler's order"),
+        (t2_drop_last, "visited by no rank"),
+    ],
+)
 def test_t2_wrong_answers_fail_for_the_right_reason(wrong, reason, checks):
     fails = _failures(checks["t2"], wrong, hidden=False)
     assert fails and reason in fails[0], fails
 
 
 # --- t3 -----------------------------------------------------------------------------------------------
+
 
 def t3_no_no_sync(rank, world_size, ddp_model, micro_batches):
     for x, y in micro_batches:
@@ -252,12 +269,15 @@ def t3_bypass_ddp(rank, world_size, ddp_model, micro_batches):
         p.grad /= world_size
 
 
-@pytest.mark.parametrize("wrong, reason", [
-    (t3_no_no_sync, "4 all-reduces: wrap every backward but the last in ddp_model.no_sync()"),
-    (t3_all_in_no_sync, "no all-reduce at all"),
-    (t3_no_divide, "4x too large: divide each micro-batch's loss"),
-    (t3_bypass_ddp, "no all-reduce at all"),
-])
+@pytest.mark.parametrize(
+    "wrong, reason",
+    [
+        (t3_no_no_sync, "4 all-reduces: wrap every backward but the last in ddp_model.no_sync()"),
+        (t3_all_in_no_sync, "no all-reduce at all"),
+        (t3_no_divide, "4x too large: divide each micro-batch's loss"),
+        (t3_bypass_ddp, "no all-reduce at all"),
+    ],
+)
 def test_t3_wrong_answers_fail_for_the_right_reason(wrong, reason, checks):
     fails = _failures(checks["t3"], wrong, hidden=False)
     assert fails and reason in fails[0], fails
@@ -266,7 +286,7 @@ def test_t3_wrong_answers_fail_for_the_right_reason(wrong, reason, checks):
 # --- the grader, for real: hanging, crashing and forging ranks -----------------------------------------
 
 HOSTILE = {
-    "t1": '''
+    "t1": """
 import time
 def ddp_grads(rank, world_size, model, x, y, n_global):
     ddp = DDP(model)
@@ -274,19 +294,19 @@ def ddp_grads(rank, world_size, model, x, y, n_global):
         time.sleep(3600)
     (F.mse_loss(ddp(x), y) * (x.shape[0] * world_size / n_global)).backward()
     return [p.grad for p in model.parameters()]
-''',
-    "t2": '''
+""",
+    "t2": """
 import os
 def rank_indices(rank, world_size, dataset_len, epochs, seed):
     if rank == 1:
         os._exit(7)
     return [list(range(dataset_len))] * epochs
-''',
-    "t3": '''
+""",
+    "t3": """
 def accumulate(rank, world_size, ddp_model, micro_batches):
     for x, y in micro_batches:                      # local gradients only, then a forged all-reduce count of 1
         (F.mse_loss(ddp_model.module(x), y) / len(micro_batches)).backward()
-''',
+""",
 }
 
 

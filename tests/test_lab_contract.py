@@ -39,6 +39,7 @@ def _spec(lab: str) -> LabSpec:
 
 # --- grading: the reference gets full marks, the blank lab 0 ----------------------------------------
 
+
 @pytest.mark.parametrize("which", ["solutions", "labs"])
 def test_reference_gets_full_marks_and_the_blank_lab_zero(lab, which):
     from torchcontracts.grading.run import GradeOptions, grade_file
@@ -65,7 +66,9 @@ def test_every_task_has_public_and_hidden_checks_and_hidden_ones_stay_hidden(lab
         if c.hidden:
             assert c.name not in lab_text, f"labs/{lab}.ipynb shows the hidden check {c.name!r}"
             for case in c.cases(0):  # short labels ("k = 1") may be announced by the task text
-                assert len(case.label) < 16 or case.label not in lab_text, f"labs/{lab}.ipynb shows the hidden case {case.label!r}"
+                assert len(case.label) < 16 or case.label not in lab_text, (
+                    f"labs/{lab}.ipynb shows the hidden case {case.label!r}"
+                )
 
 
 def test_cases_are_deterministic_for_a_seed(lab):
@@ -88,8 +91,16 @@ def _same(a: Any, b: Any) -> bool:
 
 # --- wrong answers never crash a judge or a check ----------------------------------------------------
 
-GENERIC_WRONG = [None, "a string", torch.zeros(7, 3, 2), torch.zeros(3, dtype=torch.complex64),
-                 torch.full((3,), NAN), (), 10**30, {"a": 1}]
+GENERIC_WRONG = [
+    None,
+    "a string",
+    torch.zeros(7, 3, 2),
+    torch.zeros(3, dtype=torch.complex64),
+    torch.full((3,), NAN),
+    (),
+    10**30,
+    {"a": 1},
+]
 
 
 def _junk_like(x: Any) -> Any:
@@ -137,8 +148,10 @@ def test_judges_return_failing_rows_on_wrong_outputs_never_raise(lab):
                 try:
                     rows = list(c.judge(case, wrong))
                 except Exception as err:  # noqa: BLE001 - the point of the test
-                    pytest.fail(f"{lab} {c.name!r} / {case.label}: judge raised {type(err).__name__}: {err} "
-                                f"on {type(wrong).__name__} {str(wrong)[:60]}")
+                    pytest.fail(
+                        f"{lab} {c.name!r} / {case.label}: judge raised {type(err).__name__}: {err} "
+                        f"on {type(wrong).__name__} {str(wrong)[:60]}"
+                    )
                 assert rows and not all(r.ok for r in rows), f"{c.name} / {case.label} passes {str(wrong)[:60]}"
 
 

@@ -21,6 +21,7 @@ from torchcontracts.publish.ledger import this_python_kernel
 
 # --- the student lab runs to its TODOs and prints no expected value ------------------------------------
 
+
 def _number_needle(v: float) -> str | None:
     if isinstance(v, int):
         return str(v) if abs(v) > 9 else None
@@ -86,8 +87,13 @@ def executed(lab, tmp_path_factory) -> Any:
     nb = read(ROOT / "labs" / f"{lab}.ipynb")
     km = this_python_kernel()
     try:
-        NotebookClient(nb, timeout=300, km=km, allow_errors=True,
-                       resources={"metadata": {"path": str(tmp_path_factory.mktemp(lab))}}).execute()
+        NotebookClient(
+            nb,
+            timeout=300,
+            km=km,
+            allow_errors=True,
+            resources={"metadata": {"path": str(tmp_path_factory.mktemp(lab))}},
+        ).execute()
     finally:  # nbclient stops only a kernel manager it made itself
         if km.has_kernel:
             run_sync(km.shutdown_kernel)(now=True)

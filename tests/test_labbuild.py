@@ -11,18 +11,31 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from torchcontracts.labs.build import LabFormatError, build_all, build_lab, check_all, graded_cells, hidden_check_sources
+from torchcontracts.labs.build import (
+    LabFormatError,
+    build_all,
+    build_lab,
+    check_all,
+    graded_cells,
+    hidden_check_sources,
+)
 
 from conftest import ROOT
 
 
 def _solution() -> nbformat.NotebookNode:
-    graded = new_code_cell("def double(x):\n    ### BEGIN SOLUTION\n    return 2 * x\n    ### END SOLUTION\n\nprint(double(3))",
-                           metadata={"torchcontracts": {"id": "labXX_demo/t1", "role": "solution", "task": "t1"}})
-    hidden = new_code_cell("### BEGIN HIDDEN CHECKS\nSECRET_CASES = [7]\n### END HIDDEN CHECKS",
-                           metadata={"torchcontracts": {"role": "hidden-check", "task": "t1"}})
-    return new_notebook(cells=[new_markdown_cell("# demo"), graded, new_code_cell("lab.check(double)"), hidden],
-                        metadata={"torchcontracts": {"lab": "labXX_demo"}})
+    graded = new_code_cell(
+        "def double(x):\n    ### BEGIN SOLUTION\n    return 2 * x\n    ### END SOLUTION\n\nprint(double(3))",
+        metadata={"torchcontracts": {"id": "labXX_demo/t1", "role": "solution", "task": "t1"}},
+    )
+    hidden = new_code_cell(
+        "### BEGIN HIDDEN CHECKS\nSECRET_CASES = [7]\n### END HIDDEN CHECKS",
+        metadata={"torchcontracts": {"role": "hidden-check", "task": "t1"}},
+    )
+    return new_notebook(
+        cells=[new_markdown_cell("# demo"), graded, new_code_cell("lab.check(double)"), hidden],
+        metadata={"torchcontracts": {"lab": "labXX_demo"}},
+    )
 
 
 def test_build_replaces_the_answer_with_a_stub_naming_the_task():
@@ -41,10 +54,13 @@ def test_build_removes_hidden_checks_and_keeps_them_for_the_grader():
     assert hidden_check_sources(sol) == ["### BEGIN HIDDEN CHECKS\nSECRET_CASES = [7]\n### END HIDDEN CHECKS"]
 
 
-@pytest.mark.parametrize("breakage, message", [
-    (lambda nb: nb.cells[1].source.replace("### END SOLUTION", ""), "never closed"),
-    (lambda nb: nb.cells[1].source.replace("### BEGIN SOLUTION", ""), "BEGIN SOLUTION"),
-])
+@pytest.mark.parametrize(
+    "breakage, message",
+    [
+        (lambda nb: nb.cells[1].source.replace("### END SOLUTION", ""), "never closed"),
+        (lambda nb: nb.cells[1].source.replace("### BEGIN SOLUTION", ""), "BEGIN SOLUTION"),
+    ],
+)
 def test_build_rejects_broken_markers_with_the_cell_named(breakage, message):
     sol = _solution()
     sol.cells[1].source = breakage(sol)
@@ -79,8 +95,13 @@ def test_editing_a_solution_without_rebuilding_makes_labs_check_fail(tmp_path):
     nb = nbformat.read(sol_path, as_version=4)
     nb.cells[0].source += "\nA new sentence in the solution."
     nbformat.write(nb, sol_path)
-    proc = subprocess.run([sys.executable, "-m", "torchcontracts", "labs", "check"], cwd=course,
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "torchcontracts", "labs", "check"],
+        cwd=course,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 1 and "labs/labXX_demo.ipynb is stale" in proc.stdout
     build_all(course)
     assert check_all(course) == []
@@ -92,9 +113,14 @@ def test_labs_check_passes_for_a_student_copy_without_solutions(tmp_path):
     assert check_all(course) == []
 
 
-@pytest.mark.parametrize("line", ["from torchcontracts.labchecks.labXX_demo import lab",
-                                  "from torchcontracts.labchecks.labXX_demo import (helper,\n    lab)",
-                                  "L.lab.add_hidden(check)"])
+@pytest.mark.parametrize(
+    "line",
+    [
+        "from torchcontracts.labchecks.labXX_demo import lab",
+        "from torchcontracts.labchecks.labXX_demo import (helper,\n    lab)",
+        "L.lab.add_hidden(check)",
+    ],
+)
 def test_build_rejects_hidden_cells_that_import_lab_instead_of_using_the_one_given(line):
     """Such a cell registers on the module's object, so the grader (which passes its own copy) would miss it."""
     sol = _solution()
@@ -103,16 +129,22 @@ def test_build_rejects_hidden_cells_that_import_lab_instead_of_using_the_one_giv
         build_lab(sol, "labXX_demo.ipynb")
 
 
-STRAY = ("from torchcontracts.checks import Check\n"
-         "lab.add_hidden(Check('t2', 't2 stray', lambda seed: [], lambda case, out: [], hidden=True))")
+STRAY = (
+    "from torchcontracts.checks import Check\n"
+    "lab.add_hidden(Check('t2', 't2 stray', lambda seed: [], lambda case, out: [], hidden=True))"
+)
 
 
-@pytest.mark.parametrize("meta, line, message", [
-    ({"role": "hidden-check"}, "SECRET_CASES = [7]", "needs metadata task"),
-    ({"role": "hidden-check", "task": ""}, "SECRET_CASES = [7]", "needs metadata task"),
-    ({"role": "hidden-check", "task": "t1"}, STRAY, "for t1 registers checks for t2"),
-    ({"role": "hidden-check", "task": "t1"}, "1 / 0", "fails: ZeroDivisionError"),
-], ids=["no-task", "empty-task", "other-task", "broken-cell"])
+@pytest.mark.parametrize(
+    "meta, line, message",
+    [
+        ({"role": "hidden-check"}, "SECRET_CASES = [7]", "needs metadata task"),
+        ({"role": "hidden-check", "task": ""}, "SECRET_CASES = [7]", "needs metadata task"),
+        ({"role": "hidden-check", "task": "t1"}, STRAY, "for t1 registers checks for t2"),
+        ({"role": "hidden-check", "task": "t1"}, "1 / 0", "fails: ZeroDivisionError"),
+    ],
+    ids=["no-task", "empty-task", "other-task", "broken-cell"],
+)
 def test_build_rejects_hidden_cells_without_their_task_or_registering_another(meta, line, message):
     """The grader scores hidden checks by task: a cell must say which task it serves, and serve only that one."""
     sol = _solution()

@@ -17,8 +17,13 @@ def test_ledger_writes_a_row_per_claim_with_lesson_01_verdicts(tmp_path):
     if not (ROOT / "notebooks" / "01_tensor_contracts.ipynb").exists():
         pytest.skip("lesson 01 is not written yet")
     out = tmp_path / "ledger.csv"
-    proc = subprocess.run([sys.executable, "-m", "torchcontracts", "ledger", "--only", "00", "01", "--quiet",
-                           "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "torchcontracts", "ledger", "--only", "00", "01", "--quiet", "--out", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     print(proc.stdout)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = {r["id"]: r for r in csv.DictReader(out.open(encoding="utf-8"))}
@@ -42,12 +47,19 @@ def test_a_stale_user_kernelspec_cannot_hijack_the_ledger(tmp_path, monkeypatch)
 
     spec = tmp_path / "data" / "kernels" / "python3"
     spec.mkdir(parents=True)
-    (spec / "kernel.json").write_text(json.dumps({
-        "argv": ["/nonexistent/venv/bin/python", "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": "stale", "language": "python"}))
+    (spec / "kernel.json").write_text(
+        json.dumps(
+            {
+                "argv": ["/nonexistent/venv/bin/python", "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                "display_name": "stale",
+                "language": "python",
+            }
+        )
+    )
     monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "data"))
     monkeypatch.setenv("JUPYTER_PREFER_ENV_PATH", "0")  # user folder first, as outside a venv (CI's venv has a spec)
     from jupyter_client.kernelspec import KernelSpecManager
+
     assert KernelSpecManager().get_kernel_spec("python3").argv[0] == "/nonexistent/venv/bin/python"  # the trap is set
     out = tmp_path / "exe.txt"
     nb = new_notebook(cells=[new_code_cell(f"import sys; open({str(out)!r}, 'w').write(sys.executable)")])

@@ -76,8 +76,13 @@ def verdict_calls(source: str) -> dict[str, dict[str, set[str] | None]]:
             for child in cpu_branch:
                 visit(child, gpu_only)
             return
-        if isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) == "verdict" \
-                and node.args and isinstance(node.args[0], ast.Constant) and len(node.args) >= 2:
+        if (
+            isinstance(node, ast.Call)
+            and getattr(node.func, "attr", getattr(node.func, "id", "")) == "verdict"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and len(node.args) >= 2
+        ):
             cid = node.args[0].value
             entry = found.setdefault(cid, {"cpu": set(), "all": set()})
             lits = _verdict_literals(node.args[1])
@@ -106,7 +111,7 @@ def lesson_verdicts(path) -> dict[str, dict[str, set[str] | None]]:
 
 
 def test_the_parser_knows_which_verdict_a_cpu_asserts():
-    src = '''
+    src = """
 tc.verdict("C001", "false", evidence="e", proof=p)
 if tc.cuda_or_skip("03-x"):
     tc.verdict("C019", "false", evidence="e", proof=p)
@@ -118,7 +123,7 @@ else:
     _ = tc.verdict("C024", "false", evidence="e", proof=p)
 tc.verdict("C086", "true" if frag_on_gpu else "partly", evidence="e", proof=p)
 tc.verdict("C083", chosen, evidence="e", proof=p)
-'''
+"""
     got = verdict_calls(src)
     assert got["C001"] == {"cpu": {"false"}, "all": {"false"}}
     assert got["C019"] == {"cpu": {"gpu-only"}, "all": {"false", "gpu-only"}}
@@ -155,8 +160,11 @@ def stale_entries(rows: dict[str, dict[str, str]], meta: dict) -> list[str]:
                 stale.append(f"{cid}: {name} asserts it, the cache has it from {row.get('notebook') or 'no lesson'}")
             elif v["cpu"] is not None and row["verdict"] not in v["cpu"]:
                 stale.append(f"{cid}: {name} asserts {sorted(v['cpu'])} on a CPU, the cache says {row['verdict']!r}")
-        stale += [f"{cid}: cached from {name}, which no longer judges it"
-                  for cid, r in rows.items() if r["notebook"] == name and cid not in calls]
+        stale += [
+            f"{cid}: cached from {name}, which no longer judges it"
+            for cid, r in rows.items()
+            if r["notebook"] == name and cid not in calls
+        ]
     return stale
 
 
@@ -170,16 +178,20 @@ def test_the_staleness_check_catches_a_changed_verdict_a_moved_claim_and_a_gpu_v
     rows, meta = cached_rows(), cached_meta()
     if "03_memory_contracts.ipynb" not in meta["seconds"]:
         pytest.skip("the cache does not hold lesson 03")
-    changed = {**rows, "C022": {**rows["C022"], "verdict": "true"}}                 # lesson 01 asserts false
+    changed = {**rows, "C022": {**rows["C022"], "verdict": "true"}}  # lesson 01 asserts false
     moved = {**rows, "C083": {**rows["C083"], "notebook": "02_autograd_engine.ipynb"}}
-    on_gpu = {**rows, "C019": {**rows["C019"], "verdict": "false"}}                # lesson 03's CUDA branch
+    on_gpu = {**rows, "C019": {**rows["C019"], "verdict": "false"}}  # lesson 03's CUDA branch
     assert any(p.startswith("C022:") for p in stale_entries(changed, meta))
     assert any(p.startswith("C083:") for p in stale_entries(moved, meta))
     assert any(p.startswith("C019:") for p in stale_entries(on_gpu, meta))
 
 
 def _missing_lessons() -> list[str]:
-    return [f"{n} ({stem})" for n, stem in sorted(LESSON_STEMS.items()) if not (ROOT / "notebooks" / f"{stem}.ipynb").exists()]
+    return [
+        f"{n} ({stem})"
+        for n, stem in sorted(LESSON_STEMS.items())
+        if not (ROOT / "notebooks" / f"{stem}.ipynb").exists()
+    ]
 
 
 def test_every_claim_is_proved_by_exactly_one_lesson():
@@ -206,14 +218,30 @@ def test_the_cached_ledger_covers_all_124_claims():
     assert not not_covered, f"the cached ledger has no verdict for {not_covered}: run `torchcontracts ledger --cache`"
 
 
-@pytest.mark.skipif(os.environ.get("TC_LEDGER_RERUN", "") in ("", "0"),
-                    reason="reruns every cached lesson (minutes): set TC_LEDGER_RERUN=1")
+@pytest.mark.skipif(
+    os.environ.get("TC_LEDGER_RERUN", "") in ("", "0"),
+    reason="reruns every cached lesson (minutes): set TC_LEDGER_RERUN=1",
+)
 def test_a_fresh_ledger_run_agrees_exactly_with_the_cache(tmp_path):
     meta = cached_meta()
     out = tmp_path / "again.csv"
-    proc = subprocess.run([sys.executable, "-m", "torchcontracts", "ledger", "--quiet", "--out", str(out),
-                           "--only", *sorted({name[:2] for name in meta["seconds"]})],
-                          cwd=ROOT, capture_output=True, text=True, timeout=1800)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torchcontracts",
+            "ledger",
+            "--quiet",
+            "--out",
+            str(out),
+            "--only",
+            *sorted({name[:2] for name in meta["seconds"]}),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     again = {r["id"]: r["verdict"] for r in csv.DictReader(out.open(encoding="utf-8"))}
     cached = {cid: r["verdict"] for cid, r in cached_rows().items()}

@@ -23,8 +23,13 @@ def _args(tmp_path, **kw):
 
 
 def test_a_cell_over_the_cell_timeout_stops_the_run_with_one_line_naming_notebook_and_cell(tmp_path, capsys):
-    nb = _write(tmp_path / "slow.ipynb", new_markdown_cell("# slow"), new_code_cell("x = 1"),
-                new_code_cell("import time; time.sleep(120)"), new_code_cell("y = 2"))
+    nb = _write(
+        tmp_path / "slow.ipynb",
+        new_markdown_cell("# slow"),
+        new_code_cell("x = 1"),
+        new_code_cell("import time; time.sleep(120)"),
+        new_code_cell("y = 2"),
+    )
     t0 = time.monotonic()
     rc = ledger.run(_args(tmp_path, cell_timeout=2), notebooks=[nb])
     took = time.monotonic() - t0
@@ -79,8 +84,13 @@ def test_the_progress_bar_moves_once_per_code_cell_across_notebooks(tmp_path, mo
 
     _Bar.made = []
     monkeypatch.setattr(tqdm.auto, "tqdm", _Bar)
-    a = _write(tmp_path / "a.ipynb", new_markdown_cell("# a"), new_code_cell("x = 1"), new_code_cell(""),
-               new_code_cell("y = x + 1"))
+    a = _write(
+        tmp_path / "a.ipynb",
+        new_markdown_cell("# a"),
+        new_code_cell("x = 1"),
+        new_code_cell(""),
+        new_code_cell("y = x + 1"),
+    )
     b = _write(tmp_path / "b.ipynb", new_code_cell("z = 3"))
     rows, times = ledger.build_ledger([a, b], progress=True, cell_timeout=60)
     assert set(times) == {"a.ipynb", "b.ipynb"}

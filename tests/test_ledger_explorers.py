@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import subprocess
 
-import nbformat
 from nbclient import NotebookClient
 from nbformat.v4 import new_code_cell, new_notebook
 
@@ -21,18 +20,23 @@ from torchcontracts.publish.ledger import this_python_kernel
 
 def test_explorers_make_nbclient_send_nothing_but_execute_requests_while_their_cells_run(tmp_path):
     cells = [
-        new_code_cell("import matplotlib\nfrom torchcontracts.lessons.l03_memory.alloc_viz import explorer\n"
-                      "from torchcontracts.lessons.l01_tensors.viz import stride_explorer"),
+        new_code_cell(
+            "import matplotlib\nfrom torchcontracts.lessons.l03_memory.alloc_viz import explorer\n"
+            "from torchcontracts.lessons.l01_tensors.viz import stride_explorer"
+        ),
         new_code_cell("box = explorer()"),
         new_code_cell('stride_explorer(shape="(2, 3)", op="transpose(0, -1)")'),
-        new_code_cell("first = getattr(box.children[-1], 'value', '')\n"
-                      "box.children[1].children[0].value = 'first half'   # redraw, as a learner's click does\n"
-                      "print(first)\nprint(getattr(box.children[-1], 'value', ''))"),
+        new_code_cell(
+            "first = getattr(box.children[-1], 'value', '')\n"
+            "box.children[1].children[0].value = 'first half'   # redraw, as a learner's click does\n"
+            "print(first)\nprint(getattr(box.children[-1], 'value', ''))"
+        ),
     ]
     nb = new_notebook(cells=cells)
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    client = NotebookClient(nb, timeout=300, km=this_python_kernel(),
-                            resources={"metadata": {"path": str(ROOT / "notebooks")}})
+    client = NotebookClient(
+        nb, timeout=300, km=this_python_kernel(), resources={"metadata": {"path": str(ROOT / "notebooks")}}
+    )
     sent: list[tuple[str, str]] = []
 
     def spy(notebook):

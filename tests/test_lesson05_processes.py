@@ -62,9 +62,12 @@ def test_no_process_the_lesson_starts_outlives_its_kernel():
     from torchcontracts.publish.ledger import this_python_kernel
 
     nb = nbformat.read(NB, as_version=4)
-    nb.cells.append(nbformat.v4.new_code_cell(
-        "import json as _j, os as _o\nfrom torchcontracts.lessons.l05_data.data_pipeline import descendants as _d, dataloader_workers as _w\n"
-        "print(_j.dumps({'pid': _o.getpid(), 'sid': _o.getsid(0), 'below': _d(), 'workers': _w()}))"))
+    nb.cells.append(
+        nbformat.v4.new_code_cell(
+            "import json as _j, os as _o\nfrom torchcontracts.lessons.l05_data.data_pipeline import descendants as _d, dataloader_workers as _w\n"
+            "print(_j.dumps({'pid': _o.getpid(), 'sid': _o.getsid(0), 'below': _d(), 'workers': _w()}))"
+        )
+    )
     km = this_python_kernel()
     client = NotebookClient(nb, timeout=300, km=km, resources={"metadata": {"path": str(NB.parent)}})
     try:

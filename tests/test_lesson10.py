@@ -63,8 +63,11 @@ def test_a_fixture_record_shows_side_by_side_with_the_differing_claims_highlight
     page = next(o["data"]["text/html"] for o in cell.outputs if "text/html" in o.get("data", {}))
     ids = re.findall(r">\s*(C\d{3}b?)\s*<", page)
     assert ids[:2] == ["C019", "C024"] and sorted(ids) == ["C019", "C024", "C083", "C086"], ids
-    styled = {int(r) for rule in re.findall(r"([^{}]*)\{\s*background-color: #fde2e2", page)
-              for r in re.findall(r"_row(\d+)_col", rule)}
+    styled = {
+        int(r)
+        for rule in re.findall(r"([^{}]*)\{\s*background-color: #fde2e2", page)
+        for r in re.findall(r"_row(\d+)_col", rule)
+    }
     assert styled == {0, 1}, f"highlighted rows {styled}; want the two claims that differ"
 
 
@@ -82,11 +85,19 @@ def test_five_computed_lines_count_the_gpu_differences(with_fixture_record):
 def test_without_a_record_it_says_so_in_one_line(tmp_path, monkeypatch):
     """Only the cells section 5 needs: the imports, the table, and the record cell."""
     nb = nbformat.read(LESSON, as_version=4)
-    keep = [c for c in nb.cells if c.cell_type == "code" and any(
-        k in c.source for k in ("LEDGER_CSV, LEDGER_META = cache_paths()", "raw = pd.read_csv", "record = load_record()"))]
+    keep = [
+        c
+        for c in nb.cells
+        if c.cell_type == "code"
+        and any(
+            k in c.source
+            for k in ("LEDGER_CSV, LEDGER_META = cache_paths()", "raw = pd.read_csv", "record = load_record()")
+        )
+    ]
     assert len(keep) == 3
     nb.cells = keep
     monkeypatch.setenv(RECORD_ENV, str(tmp_path / "no_record.json"))
     execute(nb, LESSON.name, cwd=LESSON.parent, cell_timeout=120)
     assert _text(nb.cells[-1]).strip().splitlines() == [
-        "No recorded GPU ledger in this copy of the course: `torchcontracts record` on a GPU machine writes one."]
+        "No recorded GPU ledger in this copy of the course: `torchcontracts record` on a GPU machine writes one."
+    ]

@@ -6,7 +6,13 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from torchcontracts.lessons.l03_memory.memory import SavedTensorMeter, graph_saved_tensors, held_bytes, live_tensor_bytes, tensor_bytes
+from torchcontracts.lessons.l03_memory.memory import (
+    SavedTensorMeter,
+    graph_saved_tensors,
+    held_bytes,
+    live_tensor_bytes,
+    tensor_bytes,
+)
 
 
 def _mlp(width: int = 64, depth: int = 4) -> nn.Sequential:
@@ -96,7 +102,7 @@ def test_live_tensor_bytes_skips_fake_tensors_that_compile_and_export_leave_aliv
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     with FakeTensorMode():
-        fake = torch.empty(1000)   # no data pointer: asking for one raises
+        fake = torch.empty(1000)  # no data pointer: asking for one raises
     base = live_tensor_bytes()[1]
     real = torch.zeros(250_000)
     assert live_tensor_bytes()[1] - base == 1_000_000 and fake.shape == (1000,)

@@ -28,6 +28,10 @@ def test_nbformat_skips_the_optional_grammar_package_and_still_rejects_a_bad_not
 
 
 def test_a_process_that_already_imported_jsonschema_keeps_its_iri_checker():
-    script = "import jsonschema, sys\nfrom torchcontracts.core.nbio import nbformat\nprint('rfc3987_syntax' in sys.modules)"
-    assert subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          check=True).stdout.strip() == "True"
+    script = (
+        "import jsonschema, sys\nfrom torchcontracts.core.nbio import nbformat\nprint('rfc3987_syntax' in sys.modules)"
+    )
+    assert (
+        subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout.strip()
+        == "True"
+    )

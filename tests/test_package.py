@@ -57,6 +57,8 @@ def test_every_torchcontracts_name_a_notebook_uses_exists():
 
 
 def test_python_dash_m_and_the_console_script_agree():
-    proc = subprocess.run([sys.executable, "-m", "torchcontracts", "--help"], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "torchcontracts", "--help"], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 0 and "doctor" in proc.stdout and "grade" in proc.stdout
     assert torchcontracts.__version__

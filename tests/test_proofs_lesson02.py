@@ -18,15 +18,19 @@ F = notebook_functions(NB, "proof_c004", "clone_facts", "proof_c007", "detach_wo
 
 # C004: "tensor.clone() copies the whole contract including grad_fn" ----------------------------
 
+
 def test_c004_holds_on_torch_clone():
     assert F["proof_c004"](F["clone_facts"](torch.clone)) is True
 
 
-@pytest.mark.parametrize("seed_side", [
-    {"clone node": "MulBackward0", "clone has the source's node": True},        # grad_fn copied: the same node
-    {"clone node": "MulBackward0", "clone has the source's node": False},       # a copy of the source's node
-    {"clone of a leaf is a leaf": True, "clone of a leaf has a .grad": True},   # "the whole contract": .grad too
-])
+@pytest.mark.parametrize(
+    "seed_side",
+    [
+        {"clone node": "MulBackward0", "clone has the source's node": True},  # grad_fn copied: the same node
+        {"clone node": "MulBackward0", "clone has the source's node": False},  # a copy of the source's node
+        {"clone of a leaf is a leaf": True, "clone of a leaf has a .grad": True},  # "the whole contract": .grad too
+    ],
+)
 def test_c004_fails_when_clone_copies_grad_fn_or_grad(seed_side):
     observed = {**F["clone_facts"](torch.clone), **seed_side}
     assert F["proof_c004"](observed) is False
@@ -34,11 +38,16 @@ def test_c004_fails_when_clone_copies_grad_fn_or_grad(seed_side):
 
 # C007: "cpu() first avoids the cross-device sync that detach() first would cause" ---------------
 
+
 def _c007_real_cpu() -> dict:
     pred = nn.Linear(4, 2)(torch.randn(3, 4))
-    return {**F["detach_work"](pred), "same values": torch.equal(pred.detach().cpu(), pred.cpu().detach()),
-            "copy-first node": type(pred.to("meta").grad_fn).__name__,
-            "detach-first node": pred.detach().to("meta").grad_fn, "syncs": None}
+    return {
+        **F["detach_work"](pred),
+        "same values": torch.equal(pred.detach().cpu(), pred.cpu().detach()),
+        "copy-first node": type(pred.to("meta").grad_fn).__name__,
+        "detach-first node": pred.detach().to("meta").grad_fn,
+        "syncs": None,
+    }
 
 
 def test_c007_holds_on_this_cpu_and_on_the_counts_a_gpu_gives():
@@ -48,11 +57,18 @@ def test_c007_holds_on_this_cpu_and_on_the_counts_a_gpu_gives():
     assert F["proof_c007"](gpu) is True
 
 
-@pytest.mark.parametrize("syncs", [
-    {"detach() alone": 1, "detach() then cpu()": 2, "cpu() then detach()": 1},   # the seed's story: detach syncs
-    {"detach() alone": 0, "detach() then cpu()": 2, "cpu() then detach()": 1},   # detach-first costs an extra sync
-    {"detach() alone": 0, "detach() then cpu()": 0, "cpu() then detach()": 0},   # a meter that saw nothing proves nothing
-])
+@pytest.mark.parametrize(
+    "syncs",
+    [
+        {"detach() alone": 1, "detach() then cpu()": 2, "cpu() then detach()": 1},  # the seed's story: detach syncs
+        {"detach() alone": 0, "detach() then cpu()": 2, "cpu() then detach()": 1},  # detach-first costs an extra sync
+        {
+            "detach() alone": 0,
+            "detach() then cpu()": 0,
+            "cpu() then detach()": 0,
+        },  # a meter that saw nothing proves nothing
+    ],
+)
 def test_c007_fails_on_the_seeds_sync_counts(syncs):
     assert F["proof_c007"]({**_c007_real_cpu(), "syncs": syncs}) is False
 
@@ -80,6 +96,7 @@ def test_c007_probe_sees_a_detach_that_copies():
 
 
 # C012: "nn.ReLU's backward method is grad_input = grad_output.clone(); grad_input[input < 0] = 0" -----
+
 
 class _SeedReLUFunction(torch.autograd.Function):
     """ReLU with the seed's backward: keeps the gradient where input == 0."""

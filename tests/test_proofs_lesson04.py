@@ -16,8 +16,17 @@ import torch
 from conftest import ROOT, notebook_functions
 
 NB = ROOT / "notebooks" / "04_async_and_timing.ipynb"
-F = notebook_functions(NB, "call_then_read", "launch_then_wait", "proof_c139", "proof_c084", "searched",
-                       "proof_c114", "proof_c115", "proof_c047")
+F = notebook_functions(
+    NB,
+    "call_then_read",
+    "launch_then_wait",
+    "proof_c139",
+    "proof_c084",
+    "searched",
+    "proof_c114",
+    "proof_c115",
+    "proof_c047",
+)
 MiB = 1 << 20
 A = torch.randn(768, 768)
 
@@ -40,6 +49,7 @@ def _cpu_c139(op, launcher) -> dict:
 
 
 # C139: "CUDA ops are asynchronous" -----------------------------------------------------------------
+
 
 def test_c139_holds_on_this_cpu_and_on_a_gpus_numbers(thread_launch):
     assert F["proof_c139"](_cpu_c139(lambda x: x @ x, thread_launch)) is True
@@ -71,17 +81,21 @@ def test_c139_fails_when_the_launcher_runs_inline():
     assert F["proof_c139"](facts) is False
 
 
-@pytest.mark.parametrize("seed_side", [
-    {"launch_s": 0.02, "kernel_s": 0.02},                                  # synchronous CUDA: the launch waits
-    {"syncs": {"x.sum().item()": 0, "y = x + 1": 0}},                      # .item() did not wait
-    {"syncs": {"x.sum().item()": 1, "y = x + 1": 1}},                      # everything syncs
-])
+@pytest.mark.parametrize(
+    "seed_side",
+    [
+        {"launch_s": 0.02, "kernel_s": 0.02},  # synchronous CUDA: the launch waits
+        {"syncs": {"x.sum().item()": 0, "y = x + 1": 0}},  # .item() did not wait
+        {"syncs": {"x.sum().item()": 1, "y = x + 1": 1}},  # everything syncs
+    ],
+)
 def test_c139_fails_on_synchronous_cuda(seed_side):
     gpu = {"device": "cuda", "launch_s": 3e-5, "kernel_s": 0.02, "syncs": {"x.sum().item()": 1, "y = x + 1": 0}}
     assert F["proof_c139"]({**gpu, **seed_side}) is False
 
 
 # C084: "Linux limits pinned memory to 64MB; exceeding raises OSError" -------------------------------
+
 
 def _cpu_c084() -> dict:
     try:
@@ -97,21 +111,27 @@ def test_c084_holds_on_this_cpu_and_on_a_gpus_numbers():
     assert F["proof_c084"](gpu) is True
 
 
-@pytest.mark.parametrize("seed_side", [
-    {"error": "OSError: unable to pin memory", "all_pinned": False, "host_growth": 0},  # the seed's 64 MB limit
-    {"pinned_bytes": 32 * MiB, "host_growth": 32 * MiB},                              # never went past 64 MB
-    {"host_growth": 0},                                                                # not torch's pinned memory
-])
+@pytest.mark.parametrize(
+    "seed_side",
+    [
+        {"error": "OSError: unable to pin memory", "all_pinned": False, "host_growth": 0},  # the seed's 64 MB limit
+        {"pinned_bytes": 32 * MiB, "host_growth": 32 * MiB},  # never went past 64 MB
+        {"host_growth": 0},  # not torch's pinned memory
+    ],
+)
 def test_c084_fails_when_pinning_past_64mb_fails_or_is_not_counted(seed_side):
     gpu = {"device": "cuda", "error": None, "pinned_bytes": 256 * MiB, "all_pinned": True, "host_growth": 256 * MiB}
     assert F["proof_c084"]({**gpu, **seed_side}) is False
 
 
-@pytest.mark.parametrize("message", [
-    "RuntimeError: pin_memory=True requires a CUDA or other accelerator backend; no pinned memory allocator "
-    "is available on this system.",                                                        # the CPU wheel (2.13)
-    "RuntimeError: Found no NVIDIA driver on your system. Please check that you have an NVIDIA GPU",  # CUDA wheel
-])
+@pytest.mark.parametrize(
+    "message",
+    [
+        "RuntimeError: pin_memory=True requires a CUDA or other accelerator backend; no pinned memory allocator "
+        "is available on this system.",  # the CPU wheel (2.13)
+        "RuntimeError: Found no NVIDIA driver on your system. Please check that you have an NVIDIA GPU",  # CUDA wheel
+    ],
+)
 def test_c084_cpu_side_holds_on_either_builds_no_device_error(message):
     assert F["proof_c084"]({"device": "cpu", "error_type": "RuntimeError", "error": message}) is True
 
@@ -122,10 +142,13 @@ def test_c084_cpu_side_fails_on_a_runtime_error_about_size():
 
 
 def test_c084_cpu_side_fails_on_the_seeds_oserror():
-    assert F["proof_c084"]({"device": "cpu", "error_type": "OSError", "error": "OSError: unable to pin memory"}) is False
+    assert (
+        F["proof_c084"]({"device": "cpu", "error_type": "OSError", "error": "OSError: unable to pin memory"}) is False
+    )
 
 
 # C114, C115, C047: cudnn.benchmark ------------------------------------------------------------------
+
 
 def test_a_search_is_told_from_a_cached_plan_by_its_kernel_count():
     assert F["searched"](48, 1) is True
@@ -136,11 +159,14 @@ def test_c114_holds_when_each_new_batch_size_is_searched_once():
     assert F["proof_c114"]([True, False, True, False]) is True
 
 
-@pytest.mark.parametrize("searches", [
-    [True, False, False, False],   # one search per process, whatever the shape
-    [True, True, True, True],      # no cache at all
-    [False, False, False, False],  # the flag does nothing
-])
+@pytest.mark.parametrize(
+    "searches",
+    [
+        [True, False, False, False],  # one search per process, whatever the shape
+        [True, True, True, True],  # no cache at all
+        [False, False, False, False],  # the flag does nothing
+    ],
+)
 def test_c114_fails_when_the_cache_is_not_per_shape(searches):
     assert F["proof_c114"](searches) is False
 
@@ -158,9 +184,12 @@ def test_c047_holds_when_the_search_ran_and_differences_are_rounding():
     assert F["proof_c047"]({"kernels": [2, 40, 2], "max_abs_diff": 0.0, "max_abs": 5.0}) is True
 
 
-@pytest.mark.parametrize("seed_side", [
-    {"kernels": [2, 2, 2], "max_abs_diff": 3e-5, "max_abs": 5.0},   # benchmark=True searched nothing
-    {"kernels": [2, 40, 2], "max_abs_diff": 1.0, "max_abs": 5.0},   # not a small difference
-])
+@pytest.mark.parametrize(
+    "seed_side",
+    [
+        {"kernels": [2, 2, 2], "max_abs_diff": 3e-5, "max_abs": 5.0},  # benchmark=True searched nothing
+        {"kernels": [2, 40, 2], "max_abs_diff": 1.0, "max_abs": 5.0},  # not a small difference
+    ],
+)
 def test_c047_fails_without_a_search_or_with_large_differences(seed_side):
     assert F["proof_c047"](seed_side) is False

@@ -18,12 +18,37 @@ import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset, RandomSampler, get_worker_info
 
 from conftest import ROOT, notebook_functions
-from torchcontracts.lessons.l05_data.data_pipeline import DrawDataset, ModuleDataset, close_workers, dataloader_workers, worker_iter
+from torchcontracts.lessons.l05_data.data_pipeline import (
+    DrawDataset,
+    ModuleDataset,
+    close_workers,
+    dataloader_workers,
+    worker_iter,
+)
 
 NB = ROOT / "notebooks" / "05_data_pipeline.ipynb"
-F = notebook_functions(NB, "proof_c042", "proof_c049", "proof_c048", "proof_c058", "proof_c094", "proof_c023",
-                       "proof_c093", "proof_c090", "proof_c092", "proof_c091", "proof_c091_no_gpu", "proof_c117", "proof_c118", "proof_c095",
-                       "seeding_demo", "per_worker", "seed_article_init", "my_seed_worker", "stand_in_accelerator")
+F = notebook_functions(
+    NB,
+    "proof_c042",
+    "proof_c049",
+    "proof_c048",
+    "proof_c058",
+    "proof_c094",
+    "proof_c023",
+    "proof_c093",
+    "proof_c090",
+    "proof_c092",
+    "proof_c091",
+    "proof_c091_no_gpu",
+    "proof_c117",
+    "proof_c118",
+    "proof_c095",
+    "seeding_demo",
+    "per_worker",
+    "seed_article_init",
+    "my_seed_worker",
+    "stand_in_accelerator",
+)
 FORK = "fork"
 
 
@@ -35,6 +60,7 @@ def _fork(ds, **kw):
 
 
 # C042: "a Dataset just needs __len__ and __getitem__" -----------------------------------------------
+
 
 class _Plain:
     def __len__(self):
@@ -83,11 +109,12 @@ def _c042_observed() -> dict:
 def test_c042_holds_on_torch_and_fails_if_any_object_with_two_methods_plugged_in_everywhere():
     real = _c042_observed()
     assert F["proof_c042"](real) is True
-    assert F["proof_c042"]({**real, "spawn_error": ""}) is False       # spawn pickled a live generator
-    assert F["proof_c042"]({**real, "no_len_error": ""}) is False      # samplers did without __len__
+    assert F["proof_c042"]({**real, "spawn_error": ""}) is False  # spawn pickled a live generator
+    assert F["proof_c042"]({**real, "no_len_error": ""}) is False  # samplers did without __len__
 
 
 # C049: prefetch_factor defaults to 2 batches per worker ----------------------------------------------
+
 
 class _Counted(Dataset):
     def __init__(self):
@@ -121,17 +148,24 @@ def test_c049_holds_on_torch_and_fails_when_workers_fetch_another_number_ahead()
     ahead_4, _ = _ahead(prefetch_factor=4)
     ahead_1, _ = _ahead(prefetch_factor=1)
     ahead_main, main_factor = _ahead(0)
-    real = {"default_factor": factor, "ahead_default": ahead, "ahead_4": ahead_4, "workers": 2,
-            "num_workers_0": main_factor, "ahead_main": ahead_main,
-            "main_error": "prefetch_factor option could only be specified in multiprocessing.let num_workers > 0 ..."}
+    real = {
+        "default_factor": factor,
+        "ahead_default": ahead,
+        "ahead_4": ahead_4,
+        "workers": 2,
+        "num_workers_0": main_factor,
+        "ahead_main": ahead_main,
+        "main_error": "prefetch_factor option could only be specified in multiprocessing.let num_workers > 0 ...",
+    }
     assert F["proof_c049"](real) is True
     assert F["proof_c049"]({**real, "ahead_default": ahead_1}) is False  # one batch per worker (measured with 1)
-    assert F["proof_c049"]({**real, "ahead_default": 2.0}) is False     # "2" meant 2 in total, not per worker
+    assert F["proof_c049"]({**real, "ahead_default": 2.0}) is False  # "2" meant 2 in total, not per worker
     assert F["proof_c049"]({**real, "num_workers_0": 2}) is False
-    assert F["proof_c049"]({**real, "ahead_main": 2.0}) is False           # the main process fetching ahead
+    assert F["proof_c049"]({**real, "ahead_main": 2.0}) is False  # the main process fetching ahead
 
 
 # C048 / C058: persistent_workers ---------------------------------------------------------------
+
 
 class _WhoAmI(Dataset):
     def __len__(self):
@@ -155,13 +189,14 @@ def test_c048_and_c058_hold_on_torch_and_fail_when_workers_are_replaced_or_kept_
     close_workers(kept_loader)
     real = {"fresh": fresh, "kept": kept, "error": "persistent_workers option needs num_workers > 0"}
     assert F["proof_c048"](real) is True
-    assert F["proof_c048"]({**real, "kept": fresh}) is False           # persistent workers replaced each epoch
-    assert F["proof_c048"]({**real, "error": ""}) is False              # num_workers=0 accepted
+    assert F["proof_c048"]({**real, "kept": fresh}) is False  # persistent workers replaced each epoch
+    assert F["proof_c048"]({**real, "error": ""}) is False  # num_workers=0 accepted
     assert F["proof_c058"]({"default": False, "fresh": fresh}) is True
-    assert F["proof_c058"]({"default": True, "fresh": kept}) is False   # a default that keeps its workers
+    assert F["proof_c058"]({"default": True, "fresh": kept}) is False  # a default that keeps its workers
 
 
 # C094: persistent workers keep their own copy ----------------------------------------------------
+
 
 class _EpochAware(Dataset):
     def __init__(self, shared: bool):
@@ -199,10 +234,11 @@ def test_c094_holds_on_torch_and_fails_when_persistent_workers_see_the_main_proc
 
 # C023 / C093: where pinning happens --------------------------------------------------------------
 
+
 class _Batch:
     def __init__(self, x, pin_here=False):
         self.x, self.made_in, self.pinned_in, self.arrived_shared = x, os.getpid(), None, None
-        if pin_here:                       # the seed's picture: the worker pins its own batch
+        if pin_here:  # the seed's picture: the worker pins its own batch
             self.pin_memory()
 
     def pin_memory(self):
@@ -222,20 +258,29 @@ def _collate_and_pin(items):
 
 def _pin_observed(collate) -> dict:
     data = [torch.full((8,), float(i)) for i in range(8)]
-    loader = DataLoader(data, batch_size=2, num_workers=2, collate_fn=collate, pin_memory=True,
-                        multiprocessing_context=FORK)
+    loader = DataLoader(
+        data, batch_size=2, num_workers=2, collate_fn=collate, pin_memory=True, multiprocessing_context=FORK
+    )
     with F["stand_in_accelerator"]():
         batches = list(loader)
-    return {"main_pid": os.getpid(), "made_pids": {b.made_in for b in batches},
-            "pinned_pids": {b.pinned_in[0] for b in batches}, "threads": {b.pinned_in[1] for b in batches},
-            "cuda": False, "host_growth": None, "all_pinned": None, "arrived_shared": {b.arrived_shared for b in batches},
-            "copied": {None}, "worker_loop_pins": False}
+    return {
+        "main_pid": os.getpid(),
+        "made_pids": {b.made_in for b in batches},
+        "pinned_pids": {b.pinned_in[0] for b in batches},
+        "threads": {b.pinned_in[1] for b in batches},
+        "cuda": False,
+        "host_growth": None,
+        "all_pinned": None,
+        "arrived_shared": {b.arrived_shared for b in batches},
+        "copied": {None},
+        "worker_loop_pins": False,
+    }
 
 
 def test_c023_and_c093_hold_on_torch_and_fail_when_workers_pin():
     real = _pin_observed(_collate)
     assert F["proof_c023"](real) is True and F["proof_c093"](real) is True
-    in_worker = _pin_observed(_collate_and_pin)   # each worker pins its own batch, as the seeds describe
+    in_worker = _pin_observed(_collate_and_pin)  # each worker pins its own batch, as the seeds describe
     assert F["proof_c023"](in_worker) is False and F["proof_c093"](in_worker) is False
     assert F["proof_c093"]({**real, "worker_loop_pins": True}) is False
     gpu = {**real, "cuda": True, "all_pinned": True, "host_growth": 4096, "copied": {True}}
@@ -254,7 +299,7 @@ def test_c090_holds_on_a_module_that_pickles_and_fails_when_the_workers_could_no
     real = {"spawn": {"same": same, "pid": 101}, "forkserver": {"same": same, "pid": 102}, "kernel_pid": 100}
     assert F["proof_c090"](real) is True
     assert F["proof_c090"]({**real, "spawn": {"same": False, "pid": 101}}) is False
-    assert F["proof_c090"]({**real, "forkserver": {"same": True, "pid": 100}}) is False   # ran in the kernel
+    assert F["proof_c090"]({**real, "forkserver": {"same": True, "pid": 100}}) is False  # ran in the kernel
 
 
 def test_c092_holds_on_a_fresh_interpreter_and_fails_on_a_copy_of_the_kernel():
@@ -266,21 +311,28 @@ def test_c092_holds_on_a_fresh_interpreter_and_fails_on_a_copy_of_the_kernel():
 
 
 def test_c091_holds_on_the_fork_rule_and_fails_if_workers_cannot_run_cuda_at_all():
-    msg = ("Caught RuntimeError in DataLoader worker process 0.\nRuntimeError: Cannot re-initialize CUDA in forked "
-           "subprocess. To use CUDA with multiprocessing, you must use the 'spawn' start method")
+    msg = (
+        "Caught RuntimeError in DataLoader worker process 0.\nRuntimeError: Cannot re-initialize CUDA in forked "
+        "subprocess. To use CUDA with multiprocessing, you must use the 'spawn' start method"
+    )
     assert F["proof_c091"]({"fork_error": msg, "spawn_ok": True}) is True
-    assert F["proof_c091"]({"fork_error": msg, "spawn_ok": False}) is False    # the seed: no worker can run .cuda()
-    assert F["proof_c091"]({"fork_error": "", "spawn_ok": True}) is False      # fork after CUDA init worked
+    assert F["proof_c091"]({"fork_error": msg, "spawn_ok": False}) is False  # the seed: no worker can run .cuda()
+    assert F["proof_c091"]({"fork_error": "", "spawn_ok": True}) is False  # fork after CUDA init worked
     assert F["proof_c091"]({"fork_error": "CUDA out of memory", "spawn_ok": True}) is False
 
 
-
-NO_GPU = {"message": "Cannot re-initialize CUDA in forked subprocess. To use CUDA with multiprocessing, you must use "
-                     "the 'spawn' start method", "order ok": True}
+NO_GPU = {
+    "message": "Cannot re-initialize CUDA in forked subprocess. To use CUDA with multiprocessing, you must use "
+    "the 'spawn' start method",
+    "order ok": True,
+}
 CPU_WORKER = {"cuda build": False, "bad fork": False, "error": "AssertionError: Torch not compiled with CUDA enabled"}
-CUDA_WORKER = {"cuda build": True, "bad fork": True,
-               "error": "RuntimeError: Cannot re-initialize CUDA in forked subprocess. To use CUDA with multiprocessing, "
-                        "you must use the 'spawn' start method"}
+CUDA_WORKER = {
+    "cuda build": True,
+    "bad fork": True,
+    "error": "RuntimeError: Cannot re-initialize CUDA in forked subprocess. To use CUDA with multiprocessing, "
+    "you must use the 'spawn' start method",
+}
 
 
 @pytest.mark.parametrize("worker", [CPU_WORKER, CUDA_WORKER], ids=["cpu wheel", "cuda wheel without a gpu"])
@@ -288,18 +340,23 @@ def test_c091_without_a_gpu_holds_on_what_each_build_really_does(worker):
     assert F["proof_c091_no_gpu"]({**NO_GPU, **worker}) is True
 
 
-@pytest.mark.parametrize("worker, change", [
-    (CPU_WORKER, {"bad fork": True}),                                           # a CPU build that poisoned forks
-    (CUDA_WORKER, {"bad fork": False, "error": "RuntimeError: Found no NVIDIA driver on your system"}),  # no poison
-    (CUDA_WORKER, {"error": "RuntimeError: DataLoader worker cannot run CUDA"}),  # the seed's blanket rule
-    (CPU_WORKER, {"message": ""}),                                              # the rule is not in the source
-    (CPU_WORKER, {"order ok": False}),
-], ids=["cpu-poisoned", "cuda-unpoisoned", "seed-blanket-rule", "no-rule-in-source", "checks-out-of-order"])
+@pytest.mark.parametrize(
+    "worker, change",
+    [
+        (CPU_WORKER, {"bad fork": True}),  # a CPU build that poisoned forks
+        (CUDA_WORKER, {"bad fork": False, "error": "RuntimeError: Found no NVIDIA driver on your system"}),  # no poison
+        (CUDA_WORKER, {"error": "RuntimeError: DataLoader worker cannot run CUDA"}),  # the seed's blanket rule
+        (CPU_WORKER, {"message": ""}),  # the rule is not in the source
+        (CPU_WORKER, {"order ok": False}),
+    ],
+    ids=["cpu-poisoned", "cuda-unpoisoned", "seed-blanket-rule", "no-rule-in-source", "checks-out-of-order"],
+)
 def test_c091_without_a_gpu_fails_when_the_worker_stops_elsewhere(worker, change):
     assert F["proof_c091_no_gpu"]({**NO_GPU, **worker, **change}) is False
 
 
 # C117 / C118: seeding ------------------------------------------------------------------------
+
 
 def _observed(draws, columns) -> dict:
     return {c: [F["per_worker"](draws, c, e) for e in (0, 1)] for c in columns}
@@ -329,6 +386,7 @@ def test_c118_holds_on_the_seed_recipe_and_fails_on_a_recipe_that_really_fixes_i
 
 
 # C095: the sampler runs in the main process -----------------------------------------------------
+
 
 class _WhereSampler(RandomSampler):
     def __iter__(self):

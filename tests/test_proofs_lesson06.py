@@ -23,8 +23,26 @@ from torch.utils.checkpoint import checkpoint
 from conftest import ROOT, notebook_functions
 
 NB = ROOT / "notebooks" / "06_training_contracts.ipynb"
-IDS = ["c027", "c050", "c052", "c041", "c059", "c060", "c061", "c053", "c143", "c140", "c056", "c055", "c104", "c103",
-       "c054", "c116", "c046", "c045"]
+IDS = [
+    "c027",
+    "c050",
+    "c052",
+    "c041",
+    "c059",
+    "c060",
+    "c061",
+    "c053",
+    "c143",
+    "c140",
+    "c056",
+    "c055",
+    "c104",
+    "c103",
+    "c054",
+    "c116",
+    "c046",
+    "c045",
+]
 P = notebook_functions(NB, *[f"proof_{i}" for i in IDS])
 
 
@@ -33,6 +51,7 @@ def with_(observed: dict, **changes) -> dict:
 
 
 # --- modes ------------------------------------------------------------------------------------------
+
 
 def _c027_real() -> dict:
     drop = nn.Dropout(0.25)
@@ -43,24 +62,27 @@ def _c027_real() -> dict:
     bn.train()(batch)
     rm, rv = bn.running_mean.clone(), bn.running_var.clone()
     bn.eval()(batch)
-    return {"zero share": (out == 0).float().mean().item(), "kept": sorted(set(out[out != 0].tolist())),
-            "dropout eval identity": torch.equal(drop.eval()(ones), ones),
-            "bn train": [torch.allclose(rm, 0.1 * batch.mean(0)), torch.allclose(rv, 0.9 + 0.1 * batch.var(0))],
-            "bn eval": [torch.equal(bn.running_mean, rm)]}
+    return {
+        "zero share": (out == 0).float().mean().item(),
+        "kept": sorted(set(out[out != 0].tolist())),
+        "dropout eval identity": torch.equal(drop.eval()(ones), ones),
+        "bn train": [torch.allclose(rm, 0.1 * batch.mean(0)), torch.allclose(rv, 0.9 + 0.1 * batch.var(0))],
+        "bn eval": [torch.equal(bn.running_mean, rm)],
+    }
 
 
 def test_c027_holds_on_torch_and_fails_when_the_modes_do_nothing():
     real = _c027_real()
     assert P["proof_c027"](real) is True
-    assert P["proof_c027"](with_(real, **{"dropout eval identity": False})) is False    # dropout still on in eval
-    assert P["proof_c027"](with_(real, **{"bn eval": [False]})) is False                  # eval still updates stats
-    assert P["proof_c027"](with_(real, kept=[1.0])) is False                              # no 1/(1-p) rescaling
+    assert P["proof_c027"](with_(real, **{"dropout eval identity": False})) is False  # dropout still on in eval
+    assert P["proof_c027"](with_(real, **{"bn eval": [False]})) is False  # eval still updates stats
+    assert P["proof_c027"](with_(real, kept=[1.0])) is False  # no 1/(1-p) rescaling
 
 
 def test_c050_holds_when_both_errors_match_and_fails_when_the_small_batch_corrupts():
     real = {"keep": (0.0155, 0.0256), "drop": (0.0150, 0.0261), "last of one": "ValueError: Expected more than 1 value"}
     assert P["proof_c050"](real) is True
-    assert P["proof_c050"](with_(real, keep=(0.05, 0.0256))) is False                     # the seed: corrupted mean
+    assert P["proof_c050"](with_(real, keep=(0.05, 0.0256))) is False  # the seed: corrupted mean
     assert P["proof_c050"](with_(real, **{"last of one": "works"})) is False
 
 
@@ -75,14 +97,18 @@ def test_c052_holds_after_apply_and_fails_when_weights_stay_default():
         if isinstance(m, (nn.Conv2d, nn.Linear)):
             nn.init.kaiming_normal_(m.weight, nonlinearity="relu")
             nn.init.zeros_(m.bias)
+
     net.apply(init)
     ws = [net[0].weight, net[4].weight]
-    real = {"weights changed": all(not torch.equal(b, p) for b, p in zip(before, net.parameters()) if p.dim() > 1),
-            "std / kaiming": [w.std().item() / (2 / w[0].numel()) ** 0.5 for w in ws],
-            "biases zero": all(bool((m.bias == 0).all()) for m in (net[0], net[4])), "visited": visited}
+    real = {
+        "weights changed": all(not torch.equal(b, p) for b, p in zip(before, net.parameters()) if p.dim() > 1),
+        "std / kaiming": [w.std().item() / (2 / w[0].numel()) ** 0.5 for w in ws],
+        "biases zero": all(bool((m.bias == 0).all()) for m in (net[0], net[4])),
+        "visited": visited,
+    }
     assert P["proof_c052"](real) is True
     assert P["proof_c052"](with_(real, **{"weights changed": False})) is False
-    assert P["proof_c052"](with_(real, **{"std / kaiming": [0.58, 0.58]})) is False       # default init's std
+    assert P["proof_c052"](with_(real, **{"std / kaiming": [0.58, 0.58]})) is False  # default init's std
 
 
 def test_c041_holds_on_nn_module_and_fails_for_a_plain_attribute_store():
@@ -93,11 +119,16 @@ def test_c041_holds_on_nn_module_and_fails_for_a_plain_attribute_store():
             self.scale = 2.0
 
     n = Net()
-    real = {"conv1 in __dict__": "conv1" in n.__dict__, "conv1 in _modules": "conv1" in n._modules,
-            "hasattr(n, 'conv1')": hasattr(n, "conv1"), "'conv1' in dir(n)": "conv1" in dir(n),
-            "scale in __dict__": "scale" in n.__dict__, "parameters": [k for k, _ in n.named_parameters()]}
+    real = {
+        "conv1 in __dict__": "conv1" in n.__dict__,
+        "conv1 in _modules": "conv1" in n._modules,
+        "hasattr(n, 'conv1')": hasattr(n, "conv1"),
+        "'conv1' in dir(n)": "conv1" in dir(n),
+        "scale in __dict__": "scale" in n.__dict__,
+        "parameters": [k for k, _ in n.named_parameters()],
+    }
     assert P["proof_c041"](real) is True
-    plain = with_(real, **{"conv1 in __dict__": True, "conv1 in _modules": False})      # a plain attribute store
+    plain = with_(real, **{"conv1 in __dict__": True, "conv1 in _modules": False})  # a plain attribute store
     assert P["proof_c041"](plain) is False
 
 
@@ -110,8 +141,12 @@ def test_c059_holds_on_a_real_hook_and_fails_when_it_cannot_replace_or_remove():
     r = lin.register_forward_hook(lambda m, i, o: torch.zeros_like(o))
     replaced = lin(torch.randn(2, 3))
     r.remove()
-    real = {"calls": 12 * len(seen), "inputs type": seen[0], "replaced is zero": bool((replaced == 0).all()),
-            "after remove": bool((lin(torch.randn(2, 3)) != 0).all())}
+    real = {
+        "calls": 12 * len(seen),
+        "inputs type": seen[0],
+        "replaced is zero": bool((replaced == 0).all()),
+        "after remove": bool((lin(torch.randn(2, 3)) != 0).all()),
+    }
     assert P["proof_c059"](real) is True
     assert P["proof_c059"](with_(real, **{"replaced is zero": False})) is False
     assert P["proof_c059"](with_(real, **{"inputs type": "Tensor"})) is False
@@ -124,7 +159,7 @@ def _stack_grads(kind: str) -> list[torch.Tensor]:
     h = x
     if kind == "checkpoint":
         for k in range(0, 12, 4):
-            h = checkpoint(nn.Sequential(*blocks[k:k + 4]), h, use_reentrant=False)
+            h = checkpoint(nn.Sequential(*blocks[k : k + 4]), h, use_reentrant=False)
     else:
         for b in blocks:
             h = h + b(h) if kind.startswith("residual") else b(h)
@@ -136,19 +171,25 @@ def _stack_grads(kind: str) -> list[torch.Tensor]:
 def test_c060_c061_hold_on_torch_and_fail_when_identity_or_checkpoint_would_change_gradients():
     g = {k: _stack_grads(k) for k in ("plain", "plain identity", "residual", "residual identity", "checkpoint")}
     same = lambda a, b: all(torch.equal(x, y) for x, y in zip(g[a], g[b]))  # noqa: E731
-    c060 = {"identity changes nothing (plain)": same("plain", "plain identity"),
-            "identity changes nothing (residual)": same("residual", "residual identity"),
-            "first-block grad, plain": g["plain"][0].norm().item(), "first-block grad, residual": g["residual"][0].norm().item()}
+    c060 = {
+        "identity changes nothing (plain)": same("plain", "plain identity"),
+        "identity changes nothing (residual)": same("residual", "residual identity"),
+        "first-block grad, plain": g["plain"][0].norm().item(),
+        "first-block grad, residual": g["residual"][0].norm().item(),
+    }
     assert P["proof_c060"](c060) is True
     assert P["proof_c060"](with_(c060, **{"identity changes nothing (residual)": False})) is False
-    c061 = {"checkpointed == plain": same("plain", "checkpoint"),
-            "first / last, plain": (g["plain"][0].norm() / g["plain"][-1].norm()).item()}
+    c061 = {
+        "checkpointed == plain": same("plain", "checkpoint"),
+        "first / last, plain": (g["plain"][0].norm() / g["plain"][-1].norm()).item(),
+    }
     assert P["proof_c061"](c061) is True
-    assert P["proof_c061"](with_(c061, **{"checkpointed == plain": False})) is False   # "shortens the path"
-    assert P["proof_c061"](with_(c061, **{"first / last, plain": 0.5})) is False        # nothing vanished to begin with
+    assert P["proof_c061"](with_(c061, **{"checkpointed == plain": False})) is False  # "shortens the path"
+    assert P["proof_c061"](with_(c061, **{"first / last, plain": 0.5})) is False  # nothing vanished to begin with
 
 
 # --- steps ------------------------------------------------------------------------------------------
+
 
 def test_c053_holds_on_torch_and_fails_on_zeroed_tensors_or_replaced_grads():
     lin = nn.Linear(4, 1)
@@ -159,9 +200,12 @@ def test_c053_holds_on_torch_and_fails_on_zeroed_tensors_or_replaced_grads():
     opt = torch.optim.SGD(lin.parameters(), lr=0.1)
     twice = torch.equal(lin.weight.grad, 2 * g1)
     opt.zero_grad()
-    real = {"second backward adds (grad == 2 x first)": twice,
-            "default set_to_none": inspect.signature(torch.optim.Optimizer.zero_grad).parameters["set_to_none"].default,
-            ".grad after zero_grad()": repr(lin.weight.grad), "zero before backward == zero after step": True}
+    real = {
+        "second backward adds (grad == 2 x first)": twice,
+        "default set_to_none": inspect.signature(torch.optim.Optimizer.zero_grad).parameters["set_to_none"].default,
+        ".grad after zero_grad()": repr(lin.weight.grad),
+        "zero before backward == zero after step": True,
+    }
     assert P["proof_c053"](real) is True
     assert P["proof_c053"](with_(real, **{".grad after zero_grad()": "tensor([[0., 0., 0., 0.]])"})) is False
     assert P["proof_c053"](with_(real, **{"second backward adds (grad == 2 x first)": False})) is False
@@ -180,30 +224,40 @@ def test_c143_holds_on_real_errors_and_fails_when_accumulation_is_exact_everywhe
 
     want = grads(1, lambda xs: 1.0)
     rel = lambda g: ((g - want).norm() / want.norm()).item()  # noqa: E731
-    real = {"equal parts": rel(grads(4, lambda xs: xs.shape[0] / 24)), "float64": 1e-16,
-            "unequal, share": rel(grads(5, lambda xs: xs.shape[0] / 24)), "unequal, 1/k": rel(grads(5, lambda xs: 0.2)),
-            "no scaling ratio": (grads(4, lambda xs: 1.0).norm() / want.norm()).item(), "batchnorm": 0.14}
+    real = {
+        "equal parts": rel(grads(4, lambda xs: xs.shape[0] / 24)),
+        "float64": 1e-16,
+        "unequal, share": rel(grads(5, lambda xs: xs.shape[0] / 24)),
+        "unequal, 1/k": rel(grads(5, lambda xs: 0.2)),
+        "no scaling ratio": (grads(4, lambda xs: 1.0).norm() / want.norm()).item(),
+        "batchnorm": 0.14,
+    }
     assert P["proof_c143"](real) is True
-    assert P["proof_c143"](with_(real, batchnorm=0.0)) is False          # the seed: a larger batch, BatchNorm or not
+    assert P["proof_c143"](with_(real, batchnorm=0.0)) is False  # the seed: a larger batch, BatchNorm or not
     assert P["proof_c143"](with_(real, **{"equal parts": 0.03})) is False
 
 
 # --- mixed precision --------------------------------------------------------------------------------
 
+
 def _c140_real() -> dict:
     a, b = torch.randn(8, 8), torch.randn(8, 8)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         d = lambda t: str(t.dtype).replace("torch.", "")  # noqa: E731
-        return {"softmax of bf16 (cpu)": d(torch.softmax(a @ b, 1)), "softmax of fp32 (cpu)": d(torch.softmax(a, 1)),
-                "losses (cpu)": [d(F.mse_loss(a, b)), d(F.cross_entropy(a, torch.zeros(8, dtype=torch.long)))],
-                "matmul (cpu)": d(a @ b), "softmax of fp16 (cuda)": None}
+        return {
+            "softmax of bf16 (cpu)": d(torch.softmax(a @ b, 1)),
+            "softmax of fp32 (cpu)": d(torch.softmax(a, 1)),
+            "losses (cpu)": [d(F.mse_loss(a, b)), d(F.cross_entropy(a, torch.zeros(8, dtype=torch.long)))],
+            "matmul (cpu)": d(a @ b),
+            "softmax of fp16 (cuda)": None,
+        }
 
 
 def test_c140_holds_on_cpu_autocast_and_fails_if_softmax_were_kept_in_fp32_on_cpu():
     real = _c140_real()
     assert P["proof_c140"](real) is True
-    assert P["proof_c140"](with_(real, **{"softmax of fp16 (cuda)": "float32"})) is True   # what CUDA's list does
-    assert P["proof_c140"](with_(real, **{"softmax of bf16 (cpu)": "float32"})) is False    # the claim as stated
+    assert P["proof_c140"](with_(real, **{"softmax of fp16 (cuda)": "float32"})) is True  # what CUDA's list does
+    assert P["proof_c140"](with_(real, **{"softmax of bf16 (cpu)": "float32"})) is False  # the claim as stated
     assert P["proof_c140"](with_(real, **{"losses (cpu)": ["bfloat16", "float32"]})) is False
 
 
@@ -213,10 +267,14 @@ def test_c056_holds_on_fp16_arithmetic_and_fails_if_fp16_kept_tiny_gradients():
         ((w * torch.full((3,), 1e-4, dtype=dtype)).float().sum() * 1e-4 * scale).backward()
         return (w.grad.float() / scale)[0].item()
 
-    real = {"fp16": tiny(torch.float16), "fp16, loss x 65536, grad / 65536 in fp32": tiny(torch.float16, 65536.0),
-            "bf16": tiny(torch.bfloat16), "float32": tiny(torch.float32)}
+    real = {
+        "fp16": tiny(torch.float16),
+        "fp16, loss x 65536, grad / 65536 in fp32": tiny(torch.float16, 65536.0),
+        "bf16": tiny(torch.bfloat16),
+        "float32": tiny(torch.float32),
+    }
     assert P["proof_c056"](real) is True
-    assert P["proof_c056"](with_(real, fp16=1e-8)) is False                 # no underflow: nothing to fix
+    assert P["proof_c056"](with_(real, fp16=1e-8)) is False  # no underflow: nothing to fix
 
 
 def _scaler_run() -> dict:
@@ -256,13 +314,18 @@ def test_c104_holds_on_gradscaler_and_fails_when_scale_switches_grad_mode_on():
     leaf = torch.ones(1, requires_grad=True)
     with torch.no_grad():
         under = s.scale(leaf).requires_grad
-    real = {"before": True, "scale() under no_grad gives a graph": under, "after scale()": torch.is_grad_enabled(),
-            "after step()": torch.is_grad_enabled(),
-            "set_grad_enabled in scale/step source": any("set_grad_enabled" in inspect.getsource(f)
-                                                         for f in (torch.amp.GradScaler.scale, torch.amp.GradScaler.step))}
+    real = {
+        "before": True,
+        "scale() under no_grad gives a graph": under,
+        "after scale()": torch.is_grad_enabled(),
+        "after step()": torch.is_grad_enabled(),
+        "set_grad_enabled in scale/step source": any(
+            "set_grad_enabled" in inspect.getsource(f) for f in (torch.amp.GradScaler.scale, torch.amp.GradScaler.step)
+        ),
+    }
     assert P["proof_c104"](real) is True
 
-    class SeedScaler(torch.amp.GradScaler):          # scale() the way the seed describes it
+    class SeedScaler(torch.amp.GradScaler):  # scale() the way the seed describes it
         def scale(self, outputs):
             with torch.enable_grad():
                 return super().scale(outputs)
@@ -287,25 +350,33 @@ def test_c054_holds_on_the_deprecation_warnings_and_fails_without_them():
         torch.amp.GradScaler("cpu")
     deps = [f"{w.category.__name__}: {w.message}" for w in old if issubclass(w.category, FutureWarning)]
     assert P["proof_c054"]({"old": deps, "new": new}) is True
-    assert P["proof_c054"]({"old": [], "new": new}) is False             # the seed's advice, still current
+    assert P["proof_c054"]({"old": [], "new": new}) is False  # the seed's advice, still current
 
 
 # --- determinism ------------------------------------------------------------------------------------
 
+
 def _c116_real() -> dict:
-    torch.manual_seed(42); t1, n1, r1 = torch.rand(3), np.random.rand(3), random.random()   # noqa: E702
-    torch.manual_seed(42); t2, n2, r2 = torch.rand(3), np.random.rand(3), random.random()   # noqa: E702
+    torch.manual_seed(42)
+    t1, n1, r1 = torch.rand(3), np.random.rand(3), random.random()  # noqa: E702
+    torch.manual_seed(42)
+    t2, n2, r2 = torch.rand(3), np.random.rand(3), random.random()  # noqa: E702
     with mock.patch.object(torch.cuda, "manual_seed_all", wraps=torch.cuda.manual_seed_all) as spy:
         torch.manual_seed(42)
-    return {"torch CPU repeats": torch.equal(t1, t2), "numpy repeats": bool(np.array_equal(n1, n2)),
-            "random repeats": r1 == r2, "calls torch.cuda.manual_seed_all with": [c.args for c in spy.call_args_list],
-            "workers' torch draws repeat": True, "workers differ from each other": True}
+    return {
+        "torch CPU repeats": torch.equal(t1, t2),
+        "numpy repeats": bool(np.array_equal(n1, n2)),
+        "random repeats": r1 == r2,
+        "calls torch.cuda.manual_seed_all with": [c.args for c in spy.call_args_list],
+        "workers' torch draws repeat": True,
+        "workers differ from each other": True,
+    }
 
 
 def test_c116_holds_on_torch_and_fails_if_manual_seed_were_cpu_only():
     real = _c116_real()
     assert P["proof_c116"](real) is True
-    assert P["proof_c116"](with_(real, **{"calls torch.cuda.manual_seed_all with": []})) is False   # "CPU RNG only"
+    assert P["proof_c116"](with_(real, **{"calls torch.cuda.manual_seed_all with": []})) is False  # "CPU RNG only"
     assert P["proof_c116"](with_(real, **{"numpy repeats": True})) is False
     assert P["proof_c116"](with_(real, **{"CUDA generators' seeds": [42, 43]})) is False
 
@@ -316,13 +387,15 @@ def test_c046_holds_on_the_real_callback_and_fails_on_per_device_seeds():
             self.seed = seed
 
     queued, devices = [], [StandIn() for _ in range(3)]
-    with mock.patch("torch.cuda.random._lazy_call", lambda cb, **kw: queued.append(cb)), \
-            mock.patch("torch.cuda.random.device_count", return_value=3), \
-            mock.patch.object(torch.cuda, "default_generators", devices, create=True):
+    with (
+        mock.patch("torch.cuda.random._lazy_call", lambda cb, **kw: queued.append(cb)),
+        mock.patch("torch.cuda.random.device_count", return_value=3),
+        mock.patch.object(torch.cuda, "default_generators", devices, create=True),
+    ):
         torch.cuda.manual_seed_all(7)
         queued[0]()
     assert P["proof_c046"]({"seeds": [d.seed for d in devices], "given": 7}) is True
-    assert P["proof_c046"]({"seeds": [7, 8, 9], "given": 7}) is False          # the seed: 0, 1, 2 ... per GPU
+    assert P["proof_c046"]({"seeds": [7, 8, 9], "given": 7}) is False  # the seed: 0, 1, 2 ... per GPU
     assert P["proof_c046"]({"seeds": [0, 1, 2], "given": 7}) is False
 
 
@@ -339,7 +412,7 @@ def test_c045_holds_on_the_cudnn_flags_and_fails_if_they_were_locked_at_import()
         cudnn.deterministic, cudnn.benchmark = was
     real = {"set late": late, "in context": inside, "after context": after, "seed after more imports": True}
     assert P["proof_c045"](real) is True
-    locked = with_(real, **{"set late": was, "in context": was, "after context": was})   # the value at import, kept
+    locked = with_(real, **{"set late": was, "in context": was, "after context": was})  # the value at import, kept
     assert P["proof_c045"](locked) is False
     assert P["proof_c045"](with_(real, **{"cuDNN conv backward repeats": False})) is False
 

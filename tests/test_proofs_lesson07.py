@@ -15,23 +15,38 @@ import torch
 from conftest import ROOT, notebook_functions
 
 NB = ROOT / "notebooks" / "07_compile_and_profile.ipynb"
-F = notebook_functions(NB, "proof_c119", "split_facts", "with_print", "looped", "with_time",
-                       "proof_c089", "fullgraph_facts", "mixed", "proof_c120", "proof_c122")
+F = notebook_functions(
+    NB,
+    "proof_c119",
+    "split_facts",
+    "with_print",
+    "looped",
+    "with_time",
+    "proof_c089",
+    "fullgraph_facts",
+    "mixed",
+    "proof_c120",
+    "proof_c122",
+)
 XS = torch.randn(8)
 
 
 # C119: "a graph break makes torch.compile silently fall back to eager for the function" ----------
 
+
 def _c119_real() -> dict:
-    return {"straight-line print": F["split_facts"](F["with_print"], XS),
-            "print in a loop": F["split_facts"](F["looped"], XS),
-            "time.time() (control)": F["split_facts"](F["with_time"], XS)}
+    return {
+        "straight-line print": F["split_facts"](F["with_print"], XS),
+        "print in a loop": F["split_facts"](F["looped"], XS),
+        "time.time() (control)": F["split_facts"](F["with_time"], XS),
+    }
 
 
 def test_c119_holds_on_torch():
     observed = _c119_real()
-    assert F["proof_c119"](observed) is True, {case: {k: v for k, v in facts.items() if k != "ops per graph"}
-                                                 for case, facts in observed.items()}
+    assert F["proof_c119"](observed) is True, {
+        case: {k: v for k, v in facts.items() if k != "ops per graph"} for case, facts in observed.items()
+    }
 
 
 def test_c119_fails_when_the_break_drops_the_whole_function_to_eager():
@@ -43,12 +58,15 @@ def test_c119_fails_when_the_break_drops_the_whole_function_to_eager():
     assert F["proof_c119"](observed) is False
 
 
-@pytest.mark.parametrize("case, change", [
-    ("straight-line print", {"warnings and logs": ["Graph break: print"]}),   # not silent
-    ("print in a loop", {"graphs": 2, "graph runs": 2}),                       # the loop got compiled too
-    ("time.time() (control)", {"warnings and logs": []}),                     # a deaf noise catcher proves nothing
-    ("straight-line print", {"graph runs": 0}),                                # graphs compiled but never run
-])
+@pytest.mark.parametrize(
+    "case, change",
+    [
+        ("straight-line print", {"warnings and logs": ["Graph break: print"]}),  # not silent
+        ("print in a loop", {"graphs": 2, "graph runs": 2}),  # the loop got compiled too
+        ("time.time() (control)", {"warnings and logs": []}),  # a deaf noise catcher proves nothing
+        ("straight-line print", {"graph runs": 0}),  # graphs compiled but never run
+    ],
+)
 def test_c119_fails_on_the_other_readings(case, change):
     observed = _c119_real()
     observed[case] = {**observed[case], **change}
@@ -56,6 +74,7 @@ def test_c119_fails_on_the_other_readings(case, change):
 
 
 # C089: "torch.compile(fullgraph=True) fails if forward mixes no_grad and grad regions" ------------
+
 
 def _w() -> torch.Tensor:
     return torch.randn(8, 8, requires_grad=True)
@@ -73,6 +92,7 @@ def test_c089_holds_on_torch(c089_facts):
 
 def test_c089_fails_when_fullgraph_raises():
     """A forward with no_grad *and* a real break (a print) does fail under fullgraph: the proof must see it."""
+
     def mixed_with_print(x, w):
         h = x @ w
         with torch.no_grad():
@@ -85,8 +105,15 @@ def test_c089_fails_when_fullgraph_raises():
     assert F["proof_c089"](observed) is False
 
 
-@pytest.mark.parametrize("change", [{"graphs": 2}, {"grad-mode switches in the graph": 0},
-                                    {"w.grad matches eager": False}, {"output matches eager": False}])
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"graphs": 2},
+        {"grad-mode switches in the graph": 0},
+        {"w.grad matches eager": False},
+        {"output matches eager": False},
+    ],
+)
 def test_c089_fails_when_split_or_no_grad_is_lost(change, c089_facts):
     observed = {**c089_facts, **change}
     assert F["proof_c089"](observed) is False
@@ -94,10 +121,13 @@ def test_c089_fails_when_split_or_no_grad_is_lost(change, c089_facts):
 
 # C120: "torch.compile's default mode is 'default'" -------------------------------------------------
 
+
 def _c120(same_hits=1, same_misses=0, control_hits=0, control_misses=1, default=None) -> dict:
-    return {"signature default": default,
-            "mode='default' after the mode-less compile": {"hits": same_hits, "misses": same_misses},
-            "mode='reduce-overhead' (control)": {"hits": control_hits, "misses": control_misses}}
+    return {
+        "signature default": default,
+        "mode='default' after the mode-less compile": {"hits": same_hits, "misses": same_misses},
+        "mode='reduce-overhead' (control)": {"hits": control_hits, "misses": control_misses},
+    }
 
 
 def test_c120_holds_on_the_counts_torch_gives_and_its_signature():
@@ -105,21 +135,34 @@ def test_c120_holds_on_the_counts_torch_gives_and_its_signature():
     assert F["proof_c120"](_c120(default=inspect.signature(torch.compile).parameters["mode"].default)) is True
 
 
-@pytest.mark.parametrize("kwargs", [
-    {"same_hits": 0, "same_misses": 1},          # omitting mode chose other options: no shared cache entry
-    {"control_hits": 1, "control_misses": 0},    # a cache that ignores the mode proves nothing
-    {"default": "reduce-overhead"},              # a default that is another mode
-])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"same_hits": 0, "same_misses": 1},  # omitting mode chose other options: no shared cache entry
+        {"control_hits": 1, "control_misses": 0},  # a cache that ignores the mode proves nothing
+        {"default": "reduce-overhead"},  # a default that is another mode
+    ],
+)
 def test_c120_fails_when_omitting_mode_is_not_default(kwargs):
     assert F["proof_c120"](_c120(**kwargs)) is False
 
 
 # C122: "mode='reduce-overhead' uses CUDA Graphs" -----------------------------------------------------
 
-CPU_SEEN = {"device": "cpu", "mode options": {"triton.cudagraphs": True}, "cudagraph skips, mode='default'": 0,
-            "cudagraph skips, mode='reduce-overhead'": 1, "same kernels as default": True}
-CUDA_SEEN = {"device": "cuda", "mode options": {"triton.cudagraphs": True}, "graph launches, default": 0,
-             "graph launches, reduce-overhead": 1, "same values": True}
+CPU_SEEN = {
+    "device": "cpu",
+    "mode options": {"triton.cudagraphs": True},
+    "cudagraph skips, mode='default'": 0,
+    "cudagraph skips, mode='reduce-overhead'": 1,
+    "same kernels as default": True,
+}
+CUDA_SEEN = {
+    "device": "cuda",
+    "mode options": {"triton.cudagraphs": True},
+    "graph launches, default": 0,
+    "graph launches, reduce-overhead": 1,
+    "same values": True,
+}
 
 
 def test_c122_holds_on_what_torch_does_on_cpu_and_on_what_a_gpu_shows():
@@ -128,12 +171,15 @@ def test_c122_holds_on_what_torch_does_on_cpu_and_on_what_a_gpu_shows():
     assert F["proof_c122"](CUDA_SEEN) is True
 
 
-@pytest.mark.parametrize("observed", [
-    {**CPU_SEEN, "mode options": {}},                               # the mode does not ask for CUDA graphs
-    {**CPU_SEEN, "cudagraph skips, mode='reduce-overhead'": 0},     # nothing was requested or dropped
-    {**CPU_SEEN, "same kernels as default": False},
-    {**CUDA_SEEN, "graph launches, reduce-overhead": 0},            # no CUDA graph ever replayed
-    {**CUDA_SEEN, "graph launches, default": 3},                    # default would use them too: not the mode's doing
-])
+@pytest.mark.parametrize(
+    "observed",
+    [
+        {**CPU_SEEN, "mode options": {}},  # the mode does not ask for CUDA graphs
+        {**CPU_SEEN, "cudagraph skips, mode='reduce-overhead'": 0},  # nothing was requested or dropped
+        {**CPU_SEEN, "same kernels as default": False},
+        {**CUDA_SEEN, "graph launches, reduce-overhead": 0},  # no CUDA graph ever replayed
+        {**CUDA_SEEN, "graph launches, default": 3},  # default would use them too: not the mode's doing
+    ],
+)
 def test_c122_fails_when_reduce_overhead_does_not_use_cuda_graphs(observed):
     assert F["proof_c122"](observed) is False

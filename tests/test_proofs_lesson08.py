@@ -27,16 +27,39 @@ from conftest import ROOT, notebook_functions
 from torchcontracts.lessons.l08_deploy import deploy
 
 NB = ROOT / "notebooks" / "08_deployment.ipynb"
-FNS = notebook_functions(NB, "proof_c065", "proof_c066", "proof_c067", "proof_c111", "proof_c029", "proof_c110",
-                         "proof_c072", "proof_c028", "proof_c069", "proof_c070", "proof_c071", "proof_c108",
-                         "proof_c109", "proof_c144", "proof_c032", "proof_c112", "proof_c132", "proof_c030",
-                         "jit_warnings", "try_script", "checker_passes", "where_things_are")
+FNS = notebook_functions(
+    NB,
+    "proof_c065",
+    "proof_c066",
+    "proof_c067",
+    "proof_c111",
+    "proof_c029",
+    "proof_c110",
+    "proof_c072",
+    "proof_c028",
+    "proof_c069",
+    "proof_c070",
+    "proof_c071",
+    "proof_c108",
+    "proof_c109",
+    "proof_c144",
+    "proof_c032",
+    "proof_c112",
+    "proof_c132",
+    "proof_c030",
+    "jit_warnings",
+    "try_script",
+    "checker_passes",
+    "where_things_are",
+)
 
 
 # C065: torch.save(model) stores references, not the class ---------------------------------------
 
+
 def _moved_class_facts(tmp_path, monkeypatch) -> dict:
-    (tmp_path / "c065_models.py").write_text(textwrap.dedent("""
+    (tmp_path / "c065_models.py").write_text(
+        textwrap.dedent("""
         import torch.nn as nn
         class Net(nn.Module):
             def __init__(self):
@@ -44,7 +67,8 @@ def _moved_class_facts(tmp_path, monkeypatch) -> dict:
                 self.fc = nn.Linear(2, 2)
             def forward(self, x):
                 return self.fc(x) * 3   # only in the module file
-    """))
+    """)
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     import c065_models
 
@@ -63,9 +87,12 @@ def _moved_class_facts(tmp_path, monkeypatch) -> dict:
     import c065_models_v2
 
     c065_models_v2.Net().load_state_dict(torch.load(io.BytesIO(sd.getvalue())))
-    return {"pickle names the class": ("c065_models", "Net") in deploy.pickle_globals(blob),
-            "source in the file": b"* 3" in blob, "full model after the move": full,
-            "state_dict after the move": "loaded into c065_models_v2.Net"}
+    return {
+        "pickle names the class": ("c065_models", "Net") in deploy.pickle_globals(blob),
+        "source in the file": b"* 3" in blob,
+        "full model after the move": full,
+        "state_dict after the move": "loaded into c065_models_v2.Net",
+    }
 
 
 def test_c065_holds_on_what_torch_does(tmp_path, monkeypatch):
@@ -75,18 +102,23 @@ def test_c065_holds_on_what_torch_does(tmp_path, monkeypatch):
 
 
 def test_c065_fails_if_the_file_carried_the_class():
-    seed = {"pickle names the class": True, "source in the file": True, "full model after the move": "loaded",
-            "state_dict after the move": "loaded"}
+    seed = {
+        "pickle names the class": True,
+        "source in the file": True,
+        "full model after the move": "loaded",
+        "state_dict after the move": "loaded",
+    }
     assert not FNS["proof_c065"](seed)
-    assert not FNS["proof_c065"]({**seed, "source in the file": False})   # a load that survives the move
+    assert not FNS["proof_c065"]({**seed, "source in the file": False})  # a load that survives the move
 
 
 # C066 and C067: the checkpoint recipe and the zip format --------------------------------------------
 
+
 def test_c066_holds_for_a_real_round_trip_and_fails_when_part_is_lost():
     assert FNS["proof_c066"]({"epoch": True, "loss": True, "parameters": True, "Adam moments": True})
     assert not FNS["proof_c066"]({"epoch": True, "loss": True, "parameters": True, "Adam moments": False})
-    assert not FNS["proof_c066"]({"epoch": True, "parameters": True})   # a checkpoint that dropped keys
+    assert not FNS["proof_c066"]({"epoch": True, "parameters": True})  # a checkpoint that dropped keys
 
 
 def test_c067_holds_for_torch_save_and_fails_for_the_legacy_default():
@@ -101,11 +133,15 @@ def test_c067_holds_for_torch_save_and_fails_for_the_legacy_default():
 
 # C111, C029, C110: ONNX files built by hand and run in onnxruntime -----------------------------------
 
+
 def _gemm_model(w: np.ndarray) -> onnx.ModelProto:
-    graph = helper.make_graph([helper.make_node("Gemm", ["x", "w"], ["y"])], "g",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 3])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", 2])],
-                              [numpy_helper.from_array(w, "w")])
+    graph = helper.make_graph(
+        [helper.make_node("Gemm", ["x", "w"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", 2])],
+        [numpy_helper.from_array(w, "w")],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
     model.ir_version = 10  # what onnxruntime 1.31 reads (onnx 1.23 writes 14 by default)
     return model
@@ -122,27 +158,43 @@ def test_c111_holds_checker_plus_runtime_and_fails_if_the_checker_sufficed_or_mi
     good, broken = _gemm_model(w), _gemm_model(w)
     broken.graph.node[0].input[0] = "nothing_makes_this"
     wrong = _gemm_model(w * 1.01)
-    facts = {"checker passes the real file": FNS["checker_passes"](good),
-             "checker passes the broken file": FNS["checker_passes"](broken),
-             "checker passes the wrong-weights file": FNS["checker_passes"](wrong),
-             "runtime max|diff|, real": float(np.abs(_run(good, x) - x @ w).max()),
-             "runtime max|diff|, wrong weights": float(np.abs(_run(wrong, x) - x @ w).max())}
+    facts = {
+        "checker passes the real file": FNS["checker_passes"](good),
+        "checker passes the broken file": FNS["checker_passes"](broken),
+        "checker passes the wrong-weights file": FNS["checker_passes"](wrong),
+        "runtime max|diff|, real": float(np.abs(_run(good, x) - x @ w).max()),
+        "runtime max|diff|, wrong weights": float(np.abs(_run(wrong, x) - x @ w).max()),
+    }
     assert FNS["proof_c111"](facts), facts
-    assert not FNS["proof_c111"]({**facts, "checker passes the broken file": True})       # a checker that sees nothing
-    assert not FNS["proof_c111"]({**facts, "checker passes the wrong-weights file": False})  # the checker alone would do
-    assert not FNS["proof_c111"]({**facts, "runtime max|diff|, wrong weights": 0.0})      # a runtime check that misses
+    assert not FNS["proof_c111"]({**facts, "checker passes the broken file": True})  # a checker that sees nothing
+    assert not FNS["proof_c111"](
+        {**facts, "checker passes the wrong-weights file": False}
+    )  # the checker alone would do
+    assert not FNS["proof_c111"]({**facts, "runtime max|diff|, wrong weights": 0.0})  # a runtime check that misses
 
 
 def _resize_parity(mode: bytes, opset: int) -> float:
     """Max |onnxruntime Resize - torch bicubic| for a Resize node of this mode, built by hand."""
     x = torch.randn(2, 3, 5, 5)
     want = F.interpolate(x, scale_factor=2, mode="bicubic", align_corners=False).numpy()
-    node = helper.make_node("Resize", ["x", "roi", "scales"], ["y"], mode=mode.decode(),
-                            coordinate_transformation_mode="half_pixel", cubic_coeff_a=-0.75)
-    graph = helper.make_graph([node], "r", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 5, 5])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 10, 10])],
-                              [numpy_helper.from_array(np.zeros(0, np.float32), "roi"),
-                               numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales")])
+    node = helper.make_node(
+        "Resize",
+        ["x", "roi", "scales"],
+        ["y"],
+        mode=mode.decode(),
+        coordinate_transformation_mode="half_pixel",
+        cubic_coeff_a=-0.75,
+    )
+    graph = helper.make_graph(
+        [node],
+        "r",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 5, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 10, 10])],
+        [
+            numpy_helper.from_array(np.zeros(0, np.float32), "roi"),
+            numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales"),
+        ],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     model.ir_version = 7
     return float(np.abs(_run(model, x.numpy()) - want).max())
@@ -151,13 +203,19 @@ def _resize_parity(mode: bytes, opset: int) -> float:
 def test_c029_holds_for_cubic_resize_and_fails_for_the_seeds_nearest_rewrite():
     assert FNS["proof_c029"]({"exported": True, "parity": _resize_parity(b"cubic", 18)})
     assert not FNS["proof_c029"]({"exported": False, "parity": _resize_parity(b"nearest", 18)})
-    assert not FNS["proof_c029"]({"exported": True, "parity": _resize_parity(b"nearest", 18)})   # right op, wrong numbers
+    assert not FNS["proof_c029"](
+        {"exported": True, "parity": _resize_parity(b"nearest", 18)}
+    )  # right op, wrong numbers
 
 
 def test_c110_holds_at_opset_11_and_fails_without_cubic():
     schema = onnx.defs.get_schema("Resize", 11)
-    real = {"opset": 11, "modes": [b"cubic"], "schema says cubic": "cubic" in schema.attributes["mode"].description,
-            "parity": _resize_parity(b"cubic", 11)}
+    real = {
+        "opset": 11,
+        "modes": [b"cubic"],
+        "schema says cubic": "cubic" in schema.attributes["mode"].description,
+        "parity": _resize_parity(b"cubic", 11),
+    }
     assert FNS["proof_c110"](real), real
     assert not FNS["proof_c110"]({**real, "modes": [b"nearest"], "parity": _resize_parity(b"nearest", 11)})
     assert not FNS["proof_c110"]({**real, "schema says cubic": False})
@@ -165,16 +223,20 @@ def test_c110_holds_at_opset_11_and_fails_without_cubic():
 
 # TorchScript: C072, C028, C069, C070, C071, C108, C109 -----------------------------------------------
 
+
 def test_c072_accepts_a_deprecation_or_future_warning_and_fails_without_one():
     _, trace_w = FNS["jit_warnings"](lambda: torch.jit.trace(nn.Linear(2, 2), torch.randn(1, 2)))
     found = {"trace": trace_w}
     assert FNS["proof_c072"](found)
 
     class Fake:  # a warnings.WarningMessage as torch 2.14.1 raises it
-        category, message = FutureWarning, "`torch.jit.trace` is deprecated. Please switch to `torch.compile` or `torch.export`."
+        category, message = (
+            FutureWarning,
+            "`torch.jit.trace` is deprecated. Please switch to `torch.compile` or `torch.export`.",
+        )
 
     assert FNS["proof_c072"]({"trace": [Fake()]})
-    assert not FNS["proof_c072"]({"trace": []})                         # TorchScript still current: no warning
+    assert not FNS["proof_c072"]({"trace": []})  # TorchScript still current: no warning
 
     class Other(Fake):
         category = UserWarning
@@ -191,14 +253,16 @@ class _Branchy(nn.Module):
 
 def _branch_facts(compiled) -> dict:
     pos, neg = torch.full((3,), 5.0), -3 * torch.ones(3)
-    return {"traced == eager on the traced branch": torch.equal(compiled(pos), _Branchy()(pos)),
-            "traced == eager on the other branch": torch.equal(compiled(neg), _Branchy()(neg))}
+    return {
+        "traced == eager on the traced branch": torch.equal(compiled(pos), _Branchy()(pos)),
+        "traced == eager on the other branch": torch.equal(compiled(neg), _Branchy()(neg)),
+    }
 
 
 def test_c028_holds_for_trace_and_fails_for_a_tool_that_captures_the_branch():
     traced, _ = FNS["jit_warnings"](lambda: torch.jit.trace(_Branchy(), torch.ones(3)))
     assert FNS["proof_c028"](_branch_facts(traced))
-    scripted, _ = FNS["jit_warnings"](lambda: torch.jit.script(_Branchy()))   # compiles the source: both branches
+    scripted, _ = FNS["jit_warnings"](lambda: torch.jit.script(_Branchy()))  # compiles the source: both branches
     assert not FNS["proof_c028"](_branch_facts(scripted))
 
 
@@ -209,7 +273,9 @@ def test_c069_partly_fails_if_trace_handled_every_loop_or_none():
     assert FNS["proof_c069"](real)
     every = pd.DataFrame({"traced == eager on another input": {"FixedLoop": True, "RowLoop": True, "ValueLoop": True}})
     assert not FNS["proof_c069"](every)
-    none = pd.DataFrame({"traced == eager on another input": {"FixedLoop": False, "RowLoop": False, "ValueLoop": False}})
+    none = pd.DataFrame(
+        {"traced == eager on another input": {"FixedLoop": False, "RowLoop": False, "ValueLoop": False}}
+    )
     assert not FNS["proof_c069"](none)
 
 
@@ -231,32 +297,43 @@ def test_c071_and_c108_on_real_scripting():
     assert FNS["proof_c071"](err) and not FNS["proof_c071"]("")
     scripted, err = FNS["try_script"](WithLen())
     assert err == "" and FNS["proof_c108"](scripted, WithLen())
-    assert not FNS["proof_c108"](None, WithLen())                       # script could not compile len(x)
+    assert not FNS["proof_c108"](None, WithLen())  # script could not compile len(x)
     frozen, _ = FNS["jit_warnings"](lambda: torch.jit.trace(WithLen(), torch.arange(6.0)))
-    assert not FNS["proof_c108"](frozen, WithLen())                     # len frozen to a constant: wrong at 10
+    assert not FNS["proof_c108"](frozen, WithLen())  # len frozen to a constant: wrong at 10
 
 
 def test_c109_partly_fails_if_sequential_indexing_compiled():
-    real = {"IndexLoop(ModuleList)": "RuntimeError: Expected integer literal", "IndexLoop(Sequential)": "RuntimeError: ...",
-            "Iterate(ModuleList)": "compiles", "LiteralIndex(ModuleList)": "compiles"}
+    real = {
+        "IndexLoop(ModuleList)": "RuntimeError: Expected integer literal",
+        "IndexLoop(Sequential)": "RuntimeError: ...",
+        "Iterate(ModuleList)": "compiles",
+        "LiteralIndex(ModuleList)": "compiles",
+    }
     assert FNS["proof_c109"](real)
-    assert not FNS["proof_c109"]({**real, "IndexLoop(Sequential)": "compiles"})   # the seed's fix would work
+    assert not FNS["proof_c109"]({**real, "IndexLoop(Sequential)": "compiles"})  # the seed's fix would work
     assert not FNS["proof_c109"]({**real, "Iterate(ModuleList)": "RuntimeError"})  # then indexing would be all there is
 
 
 # Quantization: C144, C032 ---------------------------------------------------------------------------
 
+
 def test_c144_and_c032_fail_without_the_deprecation_or_the_replacement():
     assert FNS["proof_c144"]({"old API runs": True, "warns": True, "torchao has each": True})
     assert not FNS["proof_c144"]({"old API runs": True, "warns": False, "torchao has each": True})
     assert not FNS["proof_c144"]({"old API runs": False, "warns": True, "torchao has each": True})
-    facts = {"prepare_qat warns": True, "torchao QAT": True, "torchao pt2e QAT": True, "old recipe freezes BN stats": True}
+    facts = {
+        "prepare_qat warns": True,
+        "torchao QAT": True,
+        "torchao pt2e QAT": True,
+        "old recipe freezes BN stats": True,
+    }
     assert FNS["proof_c032"](facts)
     assert not FNS["proof_c032"]({**facts, "prepare_qat warns": False})
     assert not FNS["proof_c032"]({**facts, "old recipe freezes BN stats": False})
 
 
 # Serving: C112, C132, C030 --------------------------------------------------------------------------
+
 
 class _Holder(nn.Module):
     def __init__(self):
@@ -284,11 +361,15 @@ def test_c112_holds_for_module_to_and_fails_when_buffers_stay_behind():
 
 
 def test_c132_partly_fails_if_computing_in_forward_were_a_fix_or_plain_attributes_moved():
-    real = {"plain attribute moved": False, "registered buffer moved": True, "buffer in state_dict": True,
-            "computing in forward repeats": False}
+    real = {
+        "plain attribute moved": False,
+        "registered buffer moved": True,
+        "buffer in state_dict": True,
+        "computing in forward repeats": False,
+    }
     assert FNS["proof_c132"](real)
     assert not FNS["proof_c132"]({**real, "computing in forward repeats": True})
-    assert not FNS["proof_c132"]({**real, "plain attribute moved": True})   # then the seed's problem would not exist
+    assert not FNS["proof_c132"]({**real, "plain attribute moved": True})  # then the seed's problem would not exist
 
 
 def test_c030_holds_on_the_record_and_fails_for_a_maintained_torchserve():

@@ -38,13 +38,28 @@ def _without_cell_magics(path: Path) -> Path:
     return out
 
 
-F = notebook_functions(_without_cell_magics(NB), "one_backward", "overlap_facts", "proof_c017", "proof_c062", "proof_c063", "buffer_facts",
-                       "proof_c064", "dataparallel_facts", "proof_c141", "launcher_facts", "proof_c142",
-                       "nccl_env_facts", "proof_c121")
+F = notebook_functions(
+    _without_cell_magics(NB),
+    "one_backward",
+    "overlap_facts",
+    "proof_c017",
+    "proof_c062",
+    "proof_c063",
+    "buffer_facts",
+    "proof_c064",
+    "dataparallel_facts",
+    "proof_c141",
+    "launcher_facts",
+    "proof_c142",
+    "nccl_env_facts",
+    "proof_c121",
+)
 TORCH_DIR = Path(torch.__file__).parent
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux") or not dist.is_gloo_available(),
-                                reason="the lesson's scripts need Linux and gloo")
+pytestmark = pytest.mark.skipif(
+    not sys.platform.startswith("linux") or not dist.is_gloo_available(),
+    reason="the lesson's scripts need Linux and gloo",
+)
 
 
 def _script(name: str) -> str:
@@ -68,6 +83,7 @@ def experiments(tmp_path_factory) -> dict:
 
 
 # --- C017: all-reduce happens after backward, decoupled from autograd ----------------------------------
+
 
 def test_c017_holds_on_the_measured_timeline(experiments):
     for rank, res in experiments.items():
@@ -94,6 +110,7 @@ def test_c017_fails_with_a_single_bucket(experiments):
 
 # --- C062: find_unused_parameters --------------------------------------------------------------------
 
+
 def _unused(experiments) -> dict:
     default = inspect.signature(nn.parallel.DistributedDataParallel).parameters["find_unused_parameters"].default
     return {"default value": default, **experiments[0]["unused"]}
@@ -103,17 +120,23 @@ def test_c062_holds_on_ddp(experiments):
     assert F["proof_c062"](_unused(experiments)) is True
 
 
-@pytest.mark.parametrize("seed_side", [
-    {"static_graph=True": "iteration 1's forward raised: Expected to have finished reduction"},   # "errors unless True"
-    {"default, b frozen": "iteration 1's forward raised: Expected to have finished reduction"},
-    {"default": "3 iterations ran"},                                                               # no error at all
-    {"default value": True},
-])
+@pytest.mark.parametrize(
+    "seed_side",
+    [
+        {
+            "static_graph=True": "iteration 1's forward raised: Expected to have finished reduction"
+        },  # "errors unless True"
+        {"default, b frozen": "iteration 1's forward raised: Expected to have finished reduction"},
+        {"default": "3 iterations ran"},  # no error at all
+        {"default value": True},
+    ],
+)
 def test_c062_fails_in_the_seeds_world(experiments, seed_side):
     assert F["proof_c062"]({**_unused(experiments), **seed_side}) is False
 
 
 # --- C063: gradient_as_bucket_view --------------------------------------------------------------------
+
 
 def test_c063_holds_on_ddp(experiments):
     for res in experiments.values():
@@ -122,14 +145,15 @@ def test_c063_holds_on_ddp(experiments):
 
 def test_c063_fails_when_the_flag_makes_no_views_or_saves_nothing(experiments):
     views = copy.deepcopy(experiments[0]["views"])
-    no_alias = {**views, True: dict(views[False])}                          # True behaves like False
+    no_alias = {**views, True: dict(views[False])}  # True behaves like False
     assert F["proof_c063"](no_alias, False) is False
-    assert F["proof_c063"](views, True) is False                           # a default of True
+    assert F["proof_c063"](views, True) is False  # a default of True
     saves_nothing = {**views, True: {**views[True], "grads + buckets bytes": views[False]["grads + buckets bytes"]}}
     assert F["proof_c063"](saves_nothing, False) is False
 
 
 # --- C064: broadcast_buffers ----------------------------------------------------------------------------
+
 
 def test_c064_holds_on_ddp(experiments):
     assert F["proof_c064"](F["buffer_facts"](experiments)) is True
@@ -140,13 +164,17 @@ def test_c064_fails_if_turning_syncing_off_kept_the_ranks_in_step(experiments):
     seed[1]["buffers"][False]["running_mean at forward 2"] = seed[0]["buffers"][False]["running_mean at forward 2"]
     assert F["proof_c064"](F["buffer_facts"](seed)) is False
     averaged = copy.deepcopy(experiments)  # "syncing" that averaged: rank 0 would not see its own running mean
-    mean = (averaged[0]["buffers"][True]["running_mean at forward 2"] + averaged[1]["buffers"][False]["running_mean at forward 2"]) / 2
+    mean = (
+        averaged[0]["buffers"][True]["running_mean at forward 2"]
+        + averaged[1]["buffers"][False]["running_mean at forward 2"]
+    ) / 2
     for r in (0, 1):
         averaged[r]["buffers"][True]["running_mean at forward 2"] = mean
     assert F["proof_c064"](F["buffer_facts"](averaged)) is False
 
 
 # --- C141: DataParallel ---------------------------------------------------------------------------------
+
 
 def test_c141_holds_on_torch_dataparallel():
     facts = F["dataparallel_facts"](inspect.getsource(nn.DataParallel), nn.DataParallel(nn.Linear(2, 2)).device_ids)
@@ -162,6 +190,7 @@ def test_c141_fails_on_a_balanced_dataparallel_the_docs_do_not_discourage():
 
 
 # --- C142: torch.distributed.launch ----------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def launchers(tmp_path_factory):
@@ -186,6 +215,7 @@ def test_c142_fails_if_launch_were_a_current_launcher(launchers):
 
 # --- C121: NCCL_ASYNC_ERROR_HANDLING and NCCL_TIMEOUT ------------------------------------------------------
 
+
 def test_c121_holds_on_the_installed_torch_source():
     hang = TimeoutError("rank 1 never reached the collective that rank 0 waited in: Timed out waiting 3000ms")
     facts = F["nccl_env_facts"](TORCH_DIR, hang)
@@ -193,12 +223,15 @@ def test_c121_holds_on_the_installed_torch_source():
     assert F["proof_c121"](facts) is True
 
 
-@pytest.mark.parametrize("seed_side", [
-    {"old name is an alias of": None},                               # NCCL_ASYNC_ERROR_HANDLING still the real name
-    {"files reading NCCL_TIMEOUT": ["distributed/c10d.py"]},          # a NCCL_TIMEOUT that torch reads
-    {"a hung gloo collective ended at the timeout": False},           # "hangs forever"
-    {"the alias warns": ""},
-])
+@pytest.mark.parametrize(
+    "seed_side",
+    [
+        {"old name is an alias of": None},  # NCCL_ASYNC_ERROR_HANDLING still the real name
+        {"files reading NCCL_TIMEOUT": ["distributed/c10d.py"]},  # a NCCL_TIMEOUT that torch reads
+        {"a hung gloo collective ended at the timeout": False},  # "hangs forever"
+        {"the alias warns": ""},
+    ],
+)
 def test_c121_fails_in_the_seeds_world(seed_side):
     hang = TimeoutError("Timed out waiting 3000ms")
     assert F["proof_c121"]({**F["nccl_env_facts"](TORCH_DIR, hang), **seed_side}) is False

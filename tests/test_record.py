@@ -35,8 +35,9 @@ def fixture_data() -> dict:
 def test_record_refuses_on_a_cpu_in_one_line_and_writes_nothing():
     target = record.package_record_file()
     before = target.stat().st_mtime_ns if target.exists() else None
-    proc = subprocess.run([sys.executable, "-m", "torchcontracts", "record"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "torchcontracts", "record"], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     lines = proc.stdout.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("record: no CUDA device here") and "nothing was written" in lines[0]
@@ -65,23 +66,30 @@ def _set(data: dict, path: str, value) -> dict:
     return d
 
 
-@pytest.mark.parametrize("path, value, says", [
-    ("schema", "torchcontracts-gpu-record/0", "schema"),
-    ("date", "1 Jan 2000", "date"),
-    ("device/name", "", "device.name"),
-    ("device/capability", "sm90", "device.capability"),
-    ("device", KeyError, "device"),
-    ("claims/C999", {"verdict": "true", "evidence": "x", "source": "x", "notebook": "x"}, "unknown claim id"),
-    ("claims/C019/verdict", "probably", "verdict"),
-    ("claims/C019/evidence", "", "evidence"),
-    ("figures/roofline.hbm_GBps/value", float("nan"), "finite number"),
-    ("figures/roofline.hbm_GBps/value", "fast", "finite number"),
-    ("figures/roofline.hbm_GBps/comparison", "nowhere", "comparisons"),
-    ("figures/HBM", {"value": 1, "unit": "GB/s", "what": "x", "comparison": "roofline.ceilings"}, "area.quantity_unit"),
-    ("lessons/notes.txt", {"seconds": 1, "error": ""}, "lesson notebook name"),
-    ("comparisons/roofline.ceilings/ok", "yes", "ok (a bool)"),
-    ("complete", True, "complete is true"),  # the fixture has a lesson that did not run
-])
+@pytest.mark.parametrize(
+    "path, value, says",
+    [
+        ("schema", "torchcontracts-gpu-record/0", "schema"),
+        ("date", "1 Jan 2000", "date"),
+        ("device/name", "", "device.name"),
+        ("device/capability", "sm90", "device.capability"),
+        ("device", KeyError, "device"),
+        ("claims/C999", {"verdict": "true", "evidence": "x", "source": "x", "notebook": "x"}, "unknown claim id"),
+        ("claims/C019/verdict", "probably", "verdict"),
+        ("claims/C019/evidence", "", "evidence"),
+        ("figures/roofline.hbm_GBps/value", float("nan"), "finite number"),
+        ("figures/roofline.hbm_GBps/value", "fast", "finite number"),
+        ("figures/roofline.hbm_GBps/comparison", "nowhere", "comparisons"),
+        (
+            "figures/HBM",
+            {"value": 1, "unit": "GB/s", "what": "x", "comparison": "roofline.ceilings"},
+            "area.quantity_unit",
+        ),
+        ("lessons/notes.txt", {"seconds": 1, "error": ""}, "lesson notebook name"),
+        ("comparisons/roofline.ceilings/ok", "yes", "ok (a bool)"),
+        ("complete", True, "complete is true"),  # the fixture has a lesson that did not run
+    ],
+)
 def test_the_schema_check_names_what_is_wrong(path, value, says):
     problems = validate(_set(fixture_data(), path, value))
     assert problems and any(says in p for p in problems), problems
@@ -116,12 +124,15 @@ def test_a_lesson_shows_the_recorded_figure_beside_its_own_with_device_and_date(
     assert fig is not None and fig.value == 1234.0 and fig.unit == "GB/s"
     assert fig.device == "FIXTURE GPU" and fig.date == "2000-01-01" and "FIXTURE" in fig.label
     line = beside("roofline.hbm_GBps", 101.37, "GB/s", here_label="cpu")
-    assert line == ("roofline.hbm_GBps: this machine (cpu): 101 GB/s | recorded: 1,234 GB/s on FIXTURE GPU "
-                    "(capability 9.0), 2000-01-01 [FIXTURE: test data, not a measurement]")
+    assert line == (
+        "roofline.hbm_GBps: this machine (cpu): 101 GB/s | recorded: 1,234 GB/s on FIXTURE GPU "
+        "(capability 9.0), 2000-01-01 [FIXTURE: test data, not a measurement]"
+    )
     assert "noisy: rerun" in beside("roofline.hbm_GBps", "noisy: rerun on a quiet machine", "GB/s")
     assert recorded("roofline.no_such_figure") is None
-    assert "the GPU record (FIXTURE GPU" in beside("roofline.no_such_figure", 1.0, "x") and "has no" in \
-        beside("roofline.no_such_figure", 1.0, "x")
+    assert "the GPU record (FIXTURE GPU" in beside("roofline.no_such_figure", 1.0, "x") and "has no" in beside(
+        "roofline.no_such_figure", 1.0, "x"
+    )
 
 
 def test_without_a_record_a_lesson_says_so_instead_of_a_figure(tmp_path, monkeypatch):
@@ -132,31 +143,55 @@ def test_without_a_record_a_lesson_says_so_instead_of_a_figure(tmp_path, monkeyp
 
 
 def _comparisons(ok: bool = True) -> dict:
-    return {"roofline.ceilings": {"lesson": "04", "what": "ceilings", "ok": ok, "detail": "d", "seconds": 1.0,
-                                  "figures": {"roofline.hbm_GBps": {"value": 4000.0, "unit": "GB/s", "what": "copy"}}}}
+    return {
+        "roofline.ceilings": {
+            "lesson": "04",
+            "what": "ceilings",
+            "ok": ok,
+            "detail": "d",
+            "seconds": 1.0,
+            "figures": {"roofline.hbm_GBps": {"value": 4000.0, "unit": "GB/s", "what": "copy"}},
+        }
+    }
 
 
 def test_assemble_makes_a_valid_record_and_marks_failures_incomplete():
     lessons = {"03_memory_contracts.ipynb": {"seconds": 12.0, "error": "", "claims": 1}}
-    claims = {"C019": {"verdict": "false", "evidence": "e", "source": "measured on cuda",
-                       "notebook": "03_memory_contracts.ipynb"}}
+    claims = {
+        "C019": {
+            "verdict": "false",
+            "evidence": "e",
+            "source": "measured on cuda",
+            "notebook": "03_memory_contracts.ipynb",
+        }
+    }
     device = {"name": "Some GPU", "capability": "9.0", "driver": "1.0", "cuda": "13.0", "memory_gib": 80.0, "count": 1}
     rec = assemble(lessons, claims, _comparisons(), device=device, seconds=100.0, torch_version="2.13.0")
     assert validate(rec) == [] and rec["complete"] and not rec["fixture"]
     assert rec["figures"]["roofline.hbm_GBps"]["comparison"] == "roofline.ceilings"
     assert time.strftime("%Y") in rec["date"]
-    failed = assemble({"03_memory_contracts.ipynb": {"seconds": 1.0, "error": "cell 5: ClaimContradicted: ...",
-                                                     "claims": 0}}, {}, _comparisons(ok=False), device=device,
-                      seconds=1.0, torch_version="2.13.0")
+    failed = assemble(
+        {"03_memory_contracts.ipynb": {"seconds": 1.0, "error": "cell 5: ClaimContradicted: ...", "claims": 0}},
+        {},
+        _comparisons(ok=False),
+        device=device,
+        seconds=1.0,
+        torch_version="2.13.0",
+    )
     assert validate(failed) == [] and not failed["complete"]
-    assert not assemble(lessons, claims, _comparisons(), device=device, seconds=1.0, torch_version="x",
-                        partial=True)["complete"]
+    assert not assemble(lessons, claims, _comparisons(), device=device, seconds=1.0, torch_version="x", partial=True)[
+        "complete"
+    ]
 
 
 def test_the_registry_holds_each_lessons_gpu_comparisons():
     gpu_checks.load_modules()
-    want = {"alloc.model_vs_real": "03", "roofline.ceilings": "04", "async.launch_returns_early": "04",
-            "streams.copy_compute_overlap": "04"}
+    want = {
+        "alloc.model_vs_real": "03",
+        "roofline.ceilings": "04",
+        "async.launch_returns_early": "04",
+        "streams.copy_compute_overlap": "04",
+    }
     assert {n: gpu_checks.REGISTRY[n].lesson for n in want} == want
     assert all(c.what for c in gpu_checks.REGISTRY.values())
 
@@ -165,7 +200,8 @@ def test_run_all_records_failures_and_the_budget_instead_of_raising(monkeypatch)
     reg = {}
     monkeypatch.setattr(gpu_checks, "REGISTRY", reg)
     gpu_checks.comparison("t.good", lesson="99", what="w")(
-        lambda: gpu_checks.Outcome(True, "fine", {"t.x_ms": gpu_checks.Measured(1.5, "ms", "x")}))
+        lambda: gpu_checks.Outcome(True, "fine", {"t.x_ms": gpu_checks.Measured(1.5, "ms", "x")})
+    )
     gpu_checks.comparison("t.raises", lesson="99", what="w")(lambda: 1 / 0)
     out = gpu_checks.run_all(progress=False)
     assert out["t.good"]["ok"] and out["t.good"]["figures"] == {"t.x_ms": {"value": 1.5, "unit": "ms", "what": "x"}}
@@ -175,7 +211,9 @@ def test_run_all_records_failures_and_the_budget_instead_of_raising(monkeypatch)
 
 
 def test_a_missing_lesson_module_is_skipped_but_a_broken_one_is_not(monkeypatch):
-    assert gpu_checks.load_modules(("torchcontracts.no_such_lesson_module",)) == ["torchcontracts.no_such_lesson_module"]
+    assert gpu_checks.load_modules(("torchcontracts.no_such_lesson_module",)) == [
+        "torchcontracts.no_such_lesson_module"
+    ]
 
     def broken(name):  # the module exists, but one of its own imports is missing
         raise ModuleNotFoundError("No module named 'triton'", name="triton")
@@ -206,12 +244,23 @@ def test_the_command_wires_lessons_comparisons_and_the_file_together(tmp_path, m
     """record.run on this CPU with the refusal lifted and the device faked: lesson 00 runs, one fake comparison,
     and the JSON lands in tmp_path only (never in the package; nothing here is a GPU measurement)."""
     monkeypatch.setattr(record, "refusal", lambda: None)
-    monkeypatch.setattr(record, "device_info", lambda: {"name": "TEST, not a GPU", "capability": "0.0", "driver": "none",
-                                                       "cuda": "", "memory_gib": 0.0, "count": 0})
+    monkeypatch.setattr(
+        record,
+        "device_info",
+        lambda: {
+            "name": "TEST, not a GPU",
+            "capability": "0.0",
+            "driver": "none",
+            "cuda": "",
+            "memory_gib": 0.0,
+            "count": 0,
+        },
+    )
     monkeypatch.setattr(gpu_checks, "REGISTRY", {})
     monkeypatch.setattr(gpu_checks, "MODULES", ())
     gpu_checks.comparison("t.fake", lesson="00", what="w")(
-        lambda: gpu_checks.Outcome(True, "ran", {"t.fake_ms": gpu_checks.Measured(2.0, "ms", "nothing real")}))
+        lambda: gpu_checks.Outcome(True, "ran", {"t.fake_ms": gpu_checks.Measured(2.0, "ms", "nothing real")})
+    )
     out = tmp_path / "rec.json"
     args = record.add_arguments(argparse.ArgumentParser()).parse_args(["--out", str(out), "--only", "00", "--quiet"])
     monkeypatch.chdir(ROOT)

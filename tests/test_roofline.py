@@ -27,7 +27,9 @@ def measured() -> Ceilings:
 
 
 def _outside(c: Ceilings) -> list[str]:
-    return [f"{name}: torch/NumPy = {r:.2f} ({c.checks[name]})" for name, r in c.ratios().items() if not 0.5 <= r <= 2.0]
+    return [
+        f"{name}: torch/NumPy = {r:.2f} ({c.checks[name]})" for name, r in c.ratios().items() if not 0.5 <= r <= 2.0
+    ]
 
 
 def test_measured_ceilings_are_within_2x_of_numpy_on_this_machine(measured):

@@ -33,16 +33,29 @@ LESSONS = ["00_start_here", "01_tensor_contracts"]
 def built(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("site") / "site"
     env = {**os.environ, "TORCHCONTRACTS_GPU_RECORD": str(FIXTURE)}
-    proc = subprocess.run([sys.executable, "-m", "torchcontracts", "site", str(out), "--only", "00", "01", "--quiet"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "torchcontracts", "site", str(out), "--only", "00", "01", "--quiet"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert re.search(r"site: 5 pages in .* \([\d.]+ MB\), built in \d+ s", proc.stdout), proc.stdout
     return out
 
 
 def test_the_site_has_the_pages_and_downloads(built):
-    for rel in ["index.html", "ledger.html", "ledger.csv", *(f"lessons/{s}.html" for s in LESSONS),
-                *(f"lessons/{s}.ipynb" for s in LESSONS), "labs/lab01_strides.html", "labs/lab01_strides.ipynb"]:
+    for rel in [
+        "index.html",
+        "ledger.html",
+        "ledger.csv",
+        *(f"lessons/{s}.html" for s in LESSONS),
+        *(f"lessons/{s}.ipynb" for s in LESSONS),
+        "labs/lab01_strides.html",
+        "labs/lab01_strides.ipynb",
+    ]:
         assert (built / rel).is_file(), rel
     assert not list(built.glob("**/lab0[2-9]*")), "only the labs of the lessons built"
 
@@ -84,8 +97,12 @@ def test_the_ledger_page_has_every_claim_with_the_recorded_cuda_verdicts(built):
 
 def _secret_lines() -> set[str]:
     """Solution and hidden-check lines of solutions/ that no student lab or lesson contains."""
-    public = "\n".join(c.source for folder in ("labs", "notebooks") for p in sorted((ROOT / folder).glob("*.ipynb"))
-                       for c in read(p).cells)
+    public = "\n".join(
+        c.source
+        for folder in ("labs", "notebooks")
+        for p in sorted((ROOT / folder).glob("*.ipynb"))
+        for c in read(p).cells
+    )
     public_lines = {ln.strip() for ln in public.splitlines()}
     secret = set()
     for path in sorted((ROOT / "solutions").glob("*.ipynb")):
@@ -96,7 +113,9 @@ def _secret_lines() -> set[str]:
                 text = "\n".join(re.findall(r"### BEGIN SOLUTION\n(.*?)### END SOLUTION", text, re.S))
             elif role != "hidden-check":
                 continue
-            secret |= {ln.strip() for ln in text.splitlines() if len(ln.strip()) >= 20 and not ln.strip().startswith("#")}
+            secret |= {
+                ln.strip() for ln in text.splitlines() if len(ln.strip()) >= 20 and not ln.strip().startswith("#")
+            }
     return secret - public_lines
 
 
@@ -149,12 +168,15 @@ def _page_checks_from_html(built: Path) -> dict[str, dict]:
     found = {}
     for rel in [*(f"lessons/{s}.html" for s in LESSONS), "labs/lab01_strides.html", "index.html", "ledger.html"]:
         text = (built / rel).read_text(encoding="utf-8")
-        found[rel] = {"outputs": len(re.findall(r'class="[^"]*jp-OutputArea-output', text)),
-                      "images": len(re.findall(r"<img ", text)), "broken": len(re.findall(r'<img [^>]*src=""', text)),
-                      "widgets": text.count('class="tc-static-widget"'),
-                      "widgetImages": len(re.findall(r'class="tc-static-widget".*?<img ', text, re.S)),
-                      "stderr": "\n".join(re.findall(r'data-mime-type="application/vnd.jupyter.stderr">(.*?)</div>', text, re.S)),
-                      "text": html.unescape(re.sub(r"<[^>]+>", " ", text))}
+        found[rel] = {
+            "outputs": len(re.findall(r'class="[^"]*jp-OutputArea-output', text)),
+            "images": len(re.findall(r"<img ", text)),
+            "broken": len(re.findall(r'<img [^>]*src=""', text)),
+            "widgets": text.count('class="tc-static-widget"'),
+            "widgetImages": len(re.findall(r'class="tc-static-widget".*?<img ', text, re.S)),
+            "stderr": "\n".join(re.findall(r'data-mime-type="application/vnd.jupyter.stderr">(.*?)</div>', text, re.S)),
+            "text": html.unescape(re.sub(r"<[^>]+>", " ", text)),
+        }
     found["_errors"] = {"errors": []}
     return found
 
@@ -164,7 +186,10 @@ def test_the_pages_render_with_outputs_and_pictures_and_no_errors(built):
     found = _page_checks_from_html(built) if why else _page_checks_in_chromium(built)
     for stem in LESSONS:
         p = found[f"lessons/{stem}.html"]
-        assert p["outputs"] >= 5 and p["images"] >= 1 and p["broken"] == 0, (stem, {k: v for k, v in p.items() if k != "text"})
+        assert p["outputs"] >= 5 and p["images"] >= 1 and p["broken"] == 0, (
+            stem,
+            {k: v for k, v in p.items() if k != "text"},
+        )
         assert "Traceback (most recent call last)" not in p["text"] and "-" * 75 not in p["stderr"], stem
         assert not re.search(r"\b\w+Error\b", p["stderr"]), (stem, p["stderr"][:300])
         assert "VERDICT" in p["text"] or stem == "00_start_here"
@@ -178,15 +203,32 @@ def test_the_pages_render_with_outputs_and_pictures_and_no_errors(built):
 
 def test_static_widgets_draw_the_last_state_of_controls_pictures_and_html():
     nb = nbformat.v4.new_notebook()
-    nb.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": {"version_major": 2, "version_minor": 0, "state": {
-        "box": {"model_name": "VBoxModel", "state": {"children": ["IPY_MODEL_dd", "IPY_MODEL_img", "IPY_MODEL_h"]}},
-        "dd": {"model_name": "DropdownModel", "state": {"description": "verdict", "index": 1,
-                                                        "_options_labels": ["(all)", "false"]}},
-        "img": {"model_name": "ImageModel", "state": {"format": "png"},
-                "buffers": [{"path": ["value"], "data": "iVBORw0KGgo=", "encoding": "base64"}]},
-        "h": {"model_name": "HTMLModel", "state": {"value": "<b>28 claims</b>"}}}}}
-    out = nbformat.v4.new_output("display_data", data={"application/vnd.jupyter.widget-view+json": {"model_id": "box"},
-                                                       "text/plain": "VBox(...)"})
+    nb.metadata["widgets"] = {
+        "application/vnd.jupyter.widget-state+json": {
+            "version_major": 2,
+            "version_minor": 0,
+            "state": {
+                "box": {
+                    "model_name": "VBoxModel",
+                    "state": {"children": ["IPY_MODEL_dd", "IPY_MODEL_img", "IPY_MODEL_h"]},
+                },
+                "dd": {
+                    "model_name": "DropdownModel",
+                    "state": {"description": "verdict", "index": 1, "_options_labels": ["(all)", "false"]},
+                },
+                "img": {
+                    "model_name": "ImageModel",
+                    "state": {"format": "png"},
+                    "buffers": [{"path": ["value"], "data": "iVBORw0KGgo=", "encoding": "base64"}],
+                },
+                "h": {"model_name": "HTMLModel", "state": {"value": "<b>28 claims</b>"}},
+            },
+        }
+    }
+    out = nbformat.v4.new_output(
+        "display_data",
+        data={"application/vnd.jupyter.widget-view+json": {"model_id": "box"}, "text/plain": "VBox(...)"},
+    )
     nb.cells = [nbformat.v4.new_code_cell("box", outputs=[out])]
     assert static_widgets(nb) == 1 and "widgets" not in nb.metadata
     page = nb.cells[0].outputs[0]["data"]["text/html"]
@@ -226,8 +268,12 @@ def test_a_failing_lesson_stops_the_build_in_one_line(tmp_path):
     root = tmp_path / "course"
     (root / "notebooks").mkdir(parents=True)
     (root / "labs").mkdir()
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# 00 · Broken\n**Time:** 5 minutes."),
-                                         nbformat.v4.new_code_cell("raise ValueError('deliberately broken')")])
+    nb = nbformat.v4.new_notebook(
+        cells=[
+            nbformat.v4.new_markdown_cell("# 00 · Broken\n**Time:** 5 minutes."),
+            nbformat.v4.new_code_cell("raise ValueError('deliberately broken')"),
+        ]
+    )
     nbformat.write(nb, root / "notebooks" / "00_broken.ipynb")
     with pytest.raises(SiteError, match=r"00_broken.ipynb cell 2: ValueError: deliberately broken"):
         site.build_site(root, tmp_path / "out", progress=False, cell_timeout=60)

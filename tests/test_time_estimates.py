@@ -60,8 +60,14 @@ def test_every_lab_appears_in_exactly_one_course_map_row():
     assert sorted(linked) == labs, f"README rows link {sorted(linked)}, labs/ holds {labs}"
 
 
-@pytest.mark.parametrize("text, want", [("**Time:** about 45 minutes (runs in a minute)", "45"),
-                                        ("**Time** about 50 minutes.", "50"), ("**Time:** 60 to 90 minutes.", "60-90")])
+@pytest.mark.parametrize(
+    "text, want",
+    [
+        ("**Time:** about 45 minutes (runs in a minute)", "45"),
+        ("**Time** about 50 minutes.", "50"),
+        ("**Time:** 60 to 90 minutes.", "60-90"),
+    ],
+)
 def test_the_header_parser_reads_the_forms_the_notebooks_use(tmp_path, text, want):
     path = tmp_path / "x.ipynb"
     nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(f"# X\n{text}")]), path)

@@ -27,6 +27,7 @@ def tight(n: int = 40, base: float = 50 * US) -> list[float]:
 
 # -- the detector on synthetic samples ---------------------------------------------------------------
 
+
 def test_tight_samples_on_a_quiet_machine_are_clean():
     assert assess(tight(), calls=40, cpu_wall_ratio=0.99, wait_ratio=0.01) == ""
 
@@ -80,6 +81,7 @@ def test_on_cuda_only_the_spread_counts():
 
 # -- what a Timing says --------------------------------------------------------------------------------
 
+
 def clean(label: str = "a", median: float = 50 * US) -> Timing:
     return Timing(label, median, 1 * US, 40, "cpu", median * 0.95, False, "", 1.0)
 
@@ -119,6 +121,7 @@ def test_table_marks_noisy_rows_and_every_ratio_when_the_baseline_is_noisy():
 
 # -- time_fn against fake clocks --------------------------------------------------------------------------
 
+
 class FakeClocks:
     """Wall clock, CPU clocks (timing thread, whole process) and run-queue wait, advanced by the timed function."""
 
@@ -131,8 +134,9 @@ class FakeClocks:
         monkeypatch.setattr(timing, "_waited", (lambda: self.wait) if run_queue else (lambda: None))
         monkeypatch.setattr(timing, "_machine_busy", lambda: self.proc + self.others)
 
-    def work(self, wall: float, cpu: float | None = None, wait: float = 0.0, pool: float = 0.0,
-             others: float = 0.0) -> None:
+    def work(
+        self, wall: float, cpu: float | None = None, wait: float = 0.0, pool: float = 0.0, others: float = 0.0
+    ) -> None:
         """One call: ``wall`` seconds pass, the timing thread computes ``cpu`` of them, torch's pool ``pool``,
         and other processes keep ``others`` CPUs busy meanwhile."""
         self.calls += 1
@@ -219,6 +223,7 @@ def test_time_fn_leaves_threads_and_gc_as_it_found_them(monkeypatch):
 
 # -- one real measurement: the shape of the answer, not its speed ---------------------------------------
 
+
 def test_a_real_measurement_has_consistent_fields_and_a_table():
     small, large = torch.randn(8, 8), torch.randn(256, 256)
     t_small = time_fn(torch.mm, small, small, label="8x8", min_run_time=0.05)
@@ -249,7 +254,7 @@ def test_light_background_use_by_other_processes_leaves_the_figure(monkeypatch):
 def test_the_machine_witness_reads_nothing_over_a_span_too_short_for_jiffies(monkeypatch):
     clocks = FakeClocks(monkeypatch)
     assert timing._others((clocks.wall, clocks.proc, clocks.proc)) is None  # no time has passed
-    monkeypatch.setattr(timing, "_machine_busy", lambda: None)              # no /proc/stat (macOS, Windows)
+    monkeypatch.setattr(timing, "_machine_busy", lambda: None)  # no /proc/stat (macOS, Windows)
     clocks.work(1.0)
     assert timing._others((0.0, 0.0, None)) is None
 

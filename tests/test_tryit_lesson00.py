@@ -29,18 +29,22 @@ def test_references_pass():
 
 
 def test_shares_memory_wrong_answers_fail_with_expected_vs_got():
-    for wrong in (lambda a, b: a.data_ptr() == b.data_ptr(),        # x[1:] starts later in the same storage
-                  lambda a, b: torch.equal(a.flatten(), b.flatten()) if a.shape == b.shape else False,
-                  lambda a, b: a.shape == b.T.shape,
-                  lambda a, b: 1):                                 # not a bool
+    for wrong in (
+        lambda a, b: a.data_ptr() == b.data_ptr(),  # x[1:] starts later in the same storage
+        lambda a, b: torch.equal(a.flatten(), b.flatten()) if a.shape == b.shape else False,
+        lambda a, b: a.shape == b.T.shape,
+        lambda a, b: 1,
+    ):  # not a bool
         ok, reason = _ok("00.1", wrong)
         assert not ok and ("expected" in reason or "bool" in reason), reason
 
 
 def test_really_computes_wrong_answers_fail():
-    for wrong in (lambda d: True,                                   # trusting, not proving
-                  lambda d: torch.ones(2, device=d).shape == (2,),  # meta tensors have shapes too
-                  lambda d: torch.device(d).type in ("cpu", "cuda", "meta")):
+    for wrong in (
+        lambda d: True,  # trusting, not proving
+        lambda d: torch.ones(2, device=d).shape == (2,),  # meta tensors have shapes too
+        lambda d: torch.device(d).type in ("cpu", "cuda", "meta"),
+    ):
         ok, reason = _ok("00.2", wrong)
         assert not ok and "meta" in reason, reason
 

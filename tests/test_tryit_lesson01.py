@@ -14,6 +14,7 @@ def _ok(ex_id: str, fn) -> tuple[bool, str]:
 
 # Reference answers: they live here only, never in the notebook.
 
+
 def element_offset(t, index):
     return t.storage_offset() + sum(i * s for i, s in zip(index, t.stride()))
 
@@ -40,7 +41,7 @@ def test_element_offset_accepts_a_pointer_based_answer_and_an_int_tensor():
 
 
 def test_element_offset_wrong_answers_fail_with_expected_vs_got():
-    def row_major(t, index):                     # assumes contiguous strides from the shape
+    def row_major(t, index):  # assumes contiguous strides from the shape
         out, step = 0, 1
         for i, n in reversed(list(zip(index, t.shape))):
             out, step = out + i * step, step * n
@@ -66,15 +67,15 @@ def test_keep_small_wrong_answers_fail_and_say_how_many_bytes_stay():
     for name, fn in wrong.items():
         ok, reason = _ok("01.2", fn)
         assert not ok and "4,000,000-byte storage" in reason and "expected" in reason, (name, reason)
-    ok, reason = _ok("01.2", lambda t: t.flatten().clone())      # right bytes, wrong shape
+    ok, reason = _ok("01.2", lambda t: t.flatten().clone())  # right bytes, wrong shape
     assert not ok and "wrong shape" in reason, reason
-    ok, reason = _ok("01.2", lambda t: t.double())                # a copy, but another dtype
+    ok, reason = _ok("01.2", lambda t: t.double())  # a copy, but another dtype
     assert not ok and "wrong dtype" in reason, reason
 
 
 def test_channels_last_wrong_answers_fail_with_a_named_mistake():
-    contiguous = lambda s: (s[1] * s[2] * s[3], s[2] * s[3], s[3], 1)           # noqa: E731
-    nhwc_order = lambda s: (s[1] * s[2] * s[3], s[3] * s[1], s[1], 1)          # N, H, W, C order
+    contiguous = lambda s: (s[1] * s[2] * s[3], s[2] * s[3], s[3], 1)  # noqa: E731
+    nhwc_order = lambda s: (s[1] * s[2] * s[3], s[3] * s[1], s[1], 1)  # N, H, W, C order
     ok, reason = _ok("01.3", contiguous)
     assert not ok and "contiguous NCHW" in reason and "expected" in reason, reason
     ok, reason = _ok("01.3", nhwc_order)

@@ -14,6 +14,7 @@ def _ok(ex_id: str, fn) -> tuple[bool, str]:
 
 # 02.1 ------------------------------------------------------------------------------------------
 
+
 def _clamp_function(mask):
     class Clamp(torch.autograd.Function):
         @staticmethod
@@ -44,8 +45,10 @@ def test_clamp_strict_boundary_fails_and_says_so():
 
 
 def test_clamp_wrong_backwards_fail_with_expected_vs_got():
-    for wrong in (_clamp_function(lambda g, x, lo, hi: g),                                    # straight through
-                  _clamp_function(lambda g, x, lo, hi: ((x >= lo) & (x <= hi)).to(g.dtype))):  # ignores grad_out
+    for wrong in (
+        _clamp_function(lambda g, x, lo, hi: g),  # straight through
+        _clamp_function(lambda g, x, lo, hi: ((x >= lo) & (x <= hi)).to(g.dtype)),
+    ):  # ignores grad_out
         ok, reason = _ok("02.1", wrong)
         assert not ok and "gradient" in reason and "expected" in reason, reason
 
@@ -76,6 +79,7 @@ def test_clamp_detached_output_fails_without_a_traceback():
 
 # 02.2 ------------------------------------------------------------------------------------------
 
+
 def clip_grad_hook(t, bound):
     return t.register_hook(lambda g: g.clamp(-bound, bound))
 
@@ -87,7 +91,8 @@ def test_hook_reference_passes():
 def test_hook_that_returns_nothing_has_no_effect_and_fails():
     def no_return(t, bound):
         def hook(g):
-            g.clamp(-bound, bound)          # computed, then thrown away
+            g.clamp(-bound, bound)  # computed, then thrown away
+
         return t.register_hook(hook)
 
     ok, reason = _ok("02.2", no_return)
@@ -102,6 +107,7 @@ def test_hook_wrong_range_or_lost_handle_fails():
 
 
 # 02.3 ------------------------------------------------------------------------------------------
+
 
 def count_nodes(t):
     seen, stack = set(), [t.grad_fn] if t.grad_fn is not None else []
@@ -122,6 +128,7 @@ def test_count_tree_walk_counts_the_diamond_twice():
     def tree(t):
         def walk(node):
             return 0 if node is None else 1 + sum(walk(n) for n, _ in node.next_functions)
+
         return walk(t.grad_fn)
 
     ok, reason = _ok("02.3", tree)
@@ -130,7 +137,7 @@ def test_count_tree_walk_counts_the_diamond_twice():
 
 def test_count_without_accumulate_grad_or_with_none_edges_fails():
     def no_leaves(t):
-        return len([n for n in _nodes(t) if not hasattr(n, "variable")])   # AccumulateGrad has .variable
+        return len([n for n in _nodes(t) if not hasattr(n, "variable")])  # AccumulateGrad has .variable
 
     ok, reason = _ok("02.3", no_leaves)
     assert not ok and "AccumulateGrad" in reason and "expected 2, got 1" in reason, reason
@@ -142,7 +149,7 @@ def test_count_without_accumulate_grad_or_with_none_edges_fails():
             if node not in seen:
                 seen.add(node)
                 stack.extend(n for n, _ in node.next_functions) if node is not None else None
-        return len(seen)                    # None (a leaf's grad_fn, a data input's edge) counted as a node
+        return len(seen)  # None (a leaf's grad_fn, a data input's edge) counted as a node
 
     ok, reason = _ok("02.3", counts_none)
     assert not ok and "None edge" in reason and "expected 0, got 1" in reason, reason

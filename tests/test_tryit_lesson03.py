@@ -17,6 +17,7 @@ def _ok(ex_id: str, fn) -> tuple[bool, str]:
 
 # 03.1: what one tensor costs --------------------------------------------------------------------
 
+
 def allocator_charge(size: int) -> tuple[int, int]:
     rounded = max(512, -(-size // 512) * 512)
     if rounded <= MiB:
@@ -43,6 +44,7 @@ def test_charge_always_splitting_fails_on_the_unsplit_remainder_cases():
     def always_split(n):
         rounded = max(512, -(-n // 512) * 512)
         return rounded, allocator_charge(n)[1]
+
     ok, reason = _ok("03.1", always_split)
     assert not ok and "allocated is the block" in reason
 
@@ -71,11 +73,12 @@ def test_charge_edge_cases_in_the_check_include_the_split_rule_boundaries():
 
 # 03.2: saved activations -------------------------------------------------------------------------
 
+
 def saved_activation_bytes(batch: int, width: int, depth: int, segments: int) -> int:
     act = batch * width * 4
     if not segments:
-        return (2 * depth - 1) * act          # each Linear and each GELU save their input; x is excluded
-    return (segments - 1) * act               # only the segment inputs; the first one is x
+        return (2 * depth - 1) * act  # each Linear and each GELU save their input; x is excluded
+    return (segments - 1) * act  # only the segment inputs; the first one is x
 
 
 def test_saved_reference_passes():

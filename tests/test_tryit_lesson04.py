@@ -14,6 +14,7 @@ def _ok(ex_id: str, fn) -> tuple[bool, str]:
 
 # Reference answers: they live here only, never in the notebook.
 
+
 def waits_for_gpu(line: str) -> bool:
     reads_on_host = (".item()", ".cpu()", ".tolist()", "print(", "if ", "nonzero", "[x > 0]", "synchronize")
     return any(key in line for key in reads_on_host)
@@ -35,24 +36,39 @@ def test_the_sync_table_has_both_answers_and_a_reason_for_each():
     assert all(why for _, _, why in SYNC_LINES)
 
 
-@pytest.mark.parametrize("wrong, reason", [
-    (lambda line: True, "queued"),                                            # "everything on a GPU syncs"
-    (lambda line: "item" in line or "synchronize" in line, "blocking device-to-host copy"),  # only .item() syncs
-    (lambda line: "cpu" in line or "item" in line or "synchronize" in line, "tolist"),       # non_blocking .to('cpu') too
-    (lambda line: "yes", "return True or False"),
-])
+@pytest.mark.parametrize(
+    "wrong, reason",
+    [
+        (lambda line: True, "queued"),  # "everything on a GPU syncs"
+        (lambda line: "item" in line or "synchronize" in line, "blocking device-to-host copy"),  # only .item() syncs
+        (
+            lambda line: "cpu" in line or "item" in line or "synchronize" in line,
+            "tolist",
+        ),  # non_blocking .to('cpu') too
+        (lambda line: "yes", "return True or False"),
+    ],
+)
 def test_sync_wrong_answers_fail_and_say_why(wrong, reason):
     ok, why = _ok("04.1", wrong)
     assert not ok and reason in why, why
 
 
-@pytest.mark.parametrize("wrong, reason", [
-    (lambda f, b, p, w: ("memory" if f / b < p / w else "compute", max(p, w * f / b)), "higher roof"),
-    (lambda f, b, p, w: ("compute" if f / b < p / w else "memory", min(p, w * f / b)), "wrong roof"),
-    (lambda f, b, p, w: ("memory" if b / f < p / w else "compute", min(p, w * b / f)), "expected"),  # bytes per FLOP
-    (lambda f, b, p, w: ("memory" if f / b <= p / w else "compute", min(p, w * f / b)), "ridge point"),  # at the ridge
-    (lambda f, b, p, w: min(p, w * f / b), 'return a pair'),
-])
+@pytest.mark.parametrize(
+    "wrong, reason",
+    [
+        (lambda f, b, p, w: ("memory" if f / b < p / w else "compute", max(p, w * f / b)), "higher roof"),
+        (lambda f, b, p, w: ("compute" if f / b < p / w else "memory", min(p, w * f / b)), "wrong roof"),
+        (
+            lambda f, b, p, w: ("memory" if b / f < p / w else "compute", min(p, w * b / f)),
+            "expected",
+        ),  # bytes per FLOP
+        (
+            lambda f, b, p, w: ("memory" if f / b <= p / w else "compute", min(p, w * f / b)),
+            "ridge point",
+        ),  # at the ridge
+        (lambda f, b, p, w: min(p, w * f / b), "return a pair"),
+    ],
+)
 def test_bound_wrong_answers_fail_with_expected_vs_got(wrong, reason):
     ok, why = _ok("04.2", wrong)
     assert not ok and reason in why, why

@@ -26,6 +26,7 @@ def _ok(ex_id: str, fn) -> tuple[bool, str]:
 
 # Reference answers: they live here only, never in the notebook.
 
+
 def shard(n, worker_id, num_workers):
     return range(worker_id, n, num_workers)
 
@@ -49,11 +50,11 @@ def test_shard_accepts_contiguous_blocks_and_lists():
 
 
 def test_shard_wrong_answers_fail_and_say_what_went_wrong():
-    ok, reason = _ok("05.1", lambda n, w, k: range(n))                       # no sharding at all
+    ok, reason = _ok("05.1", lambda n, w, k: range(n))  # no sharding at all
     assert not ok and "came 2 times" in reason and "worker_id and num_workers" in reason, reason
-    ok, reason = _ok("05.1", lambda n, w, k: range(w * (n // k), (w + 1) * (n // k)))   # floor blocks lose the tail
+    ok, reason = _ok("05.1", lambda n, w, k: range(w * (n // k), (w + 1) * (n // k)))  # floor blocks lose the tail
     assert not ok and "never came" in reason and "tail" in reason, reason
-    ok, reason = _ok("05.1", lambda n, w, k: range(w + 1, n + 1, k))         # off by one
+    ok, reason = _ok("05.1", lambda n, w, k: range(w + 1, n + 1, k))  # off by one
     assert not ok and ("outside range" in reason or "never came" in reason), reason
 
 

@@ -14,6 +14,7 @@ def _ok(ex_id: str, fn) -> tuple[bool, str]:
 
 # Reference answers: they live here only, never in the notebook.
 
+
 def running_stats(batches, momentum, unbiased=True, momentum_on_new=True):
     mean, var = torch.zeros(batches[0].shape[1]), torch.ones(batches[0].shape[1])
     for k, b in enumerate(batches, start=1):
@@ -27,9 +28,16 @@ def running_stats(batches, momentum, unbiased=True, momentum_on_new=True):
 
 def autocast_dtypes():
     bf16, fp32 = torch.bfloat16, torch.float32
-    return {"a @ b": bf16, "torch.softmax(a @ b, dim=1)": bf16, "torch.softmax(a, dim=1)": fp32,
-            "F.mse_loss(a @ b, b)": fp32, "(a @ b) + a": fp32, "torch.cat([a @ b, a])": fp32, "(a @ b).sum()": bf16,
-            "F.relu(a @ b)": bf16}
+    return {
+        "a @ b": bf16,
+        "torch.softmax(a @ b, dim=1)": bf16,
+        "torch.softmax(a, dim=1)": fp32,
+        "F.mse_loss(a @ b, b)": fp32,
+        "(a @ b) + a": fp32,
+        "torch.cat([a @ b, a])": fp32,
+        "(a @ b).sum()": bf16,
+        "F.relu(a @ b)": bf16,
+    }
 
 
 def scale_after(found_inf, init_scale, growth_interval, reset_on_inf=True, grow_every_step=False):
@@ -56,7 +64,7 @@ def test_running_stats_wrong_answers_fail_with_a_named_mistake():
     assert not ok and "unbiased variance" in reason, reason
     ok, reason = _ok("06.1", lambda b, m: running_stats(b, m, momentum_on_new=False))
     assert not ok and "expected" in reason, reason
-    ok, reason = _ok("06.1", lambda b, m: running_stats(b, 0.1 if m is None else m))   # ignores momentum=None
+    ok, reason = _ok("06.1", lambda b, m: running_stats(b, 0.1 if m is None else m))  # ignores momentum=None
     assert not ok and "momentum None" in reason, reason
     ok, reason = _ok("06.1", lambda b, m: (torch.stack(b).mean((0, 1)), torch.stack(b).var((0, 1))))  # the data's stats
     assert not ok, reason
@@ -66,19 +74,21 @@ def test_autocast_dtypes_wrong_answers_fail_per_expression():
     everything_bf16 = {k: torch.bfloat16 for k in EXPRESSIONS}
     ok, reason = _ok("06.2", lambda: everything_bf16)
     assert not ok and "wrong dtype" in reason and "float32" in reason, reason
-    softmax_fp32 = {**autocast_dtypes(), "torch.softmax(a @ b, dim=1)": torch.float32}   # CUDA's policy, not the CPU's
+    softmax_fp32 = {**autocast_dtypes(), "torch.softmax(a @ b, dim=1)": torch.float32}  # CUDA's policy, not the CPU's
     ok, reason = _ok("06.2", lambda: softmax_fp32)
     assert not ok and "softmax(a @ b" in reason, reason
-    as_strings = {k: str(v) for k, v in autocast_dtypes().items()}                       # "torch.bfloat16" is accepted
+    as_strings = {k: str(v) for k, v in autocast_dtypes().items()}  # "torch.bfloat16" is accepted
     assert _ok("06.2", lambda: as_strings)[0]
     ok, reason = _ok("06.2", lambda: None)
     assert not ok and "return a dict" in reason, reason
 
 
 def test_scale_after_wrong_answers_fail():
-    for wrong in (lambda f, s, g: scale_after(f, s, g, reset_on_inf=False),
-                  lambda f, s, g: scale_after(f, s, g, grow_every_step=True),
-                  lambda f, s, g: s):
+    for wrong in (
+        lambda f, s, g: scale_after(f, s, g, reset_on_inf=False),
+        lambda f, s, g: scale_after(f, s, g, grow_every_step=True),
+        lambda f, s, g: s,
+    ):
         ok, reason = _ok("06.3", wrong)
         assert not ok and "wrong scale" in reason and "expected" in reason, reason
     ok, reason = _ok("06.3", lambda f, s, g: "big")

@@ -14,6 +14,7 @@ def _ok(ex_id: str, fn) -> tuple[bool, str]:
 
 # Reference answers: they live here only, never in the notebook.
 
+
 def clip_scale(x):
     return torch.tanh(x / x.abs().max().clamp(min=1.0)) * 2
 
@@ -51,22 +52,22 @@ def test_clip_scale_accepts_torch_where():
 
 
 def test_clip_scale_wrong_answers_fail_with_a_reason():
-    ok, reason = _ok("07.1", clip_scale_with_breaks)                      # right values, still breaks
+    ok, reason = _ok("07.1", clip_scale_with_breaks)  # right values, still breaks
     assert not ok and "dynamo still breaks" in reason and "expected 1 graph, 0 breaks" in reason, reason
 
-    def item_only(x):                                                       # .item() without the if: still a break
+    def item_only(x):  # .item() without the if: still a break
         return torch.tanh(x / max(x.abs().max().item(), 1.0)) * 2
 
     ok, reason = _ok("07.1", item_only)
     assert not ok and "dynamo still breaks" in reason, reason
     ok, reason = _ok("07.1", lambda x: torch.tanh(x / x.abs().max()) * 2)  # always divides: wrong below a peak of 1
     assert not ok and "values differ" in reason and "peak below 1" in reason, reason
-    ok, reason = _ok("07.1", lambda x: torch.tanh(x) * 2)                   # never scales
+    ok, reason = _ok("07.1", lambda x: torch.tanh(x) * 2)  # never scales
     assert not ok and "values differ" in reason and "peak above 1" in reason, reason
 
 
 def test_predict_compiles_wrong_answers_fail_with_a_hint():
-    ok, reason = _ok("07.2", lambda sizes, dynamic: len(set(sizes)))       # dynamic=False's rule everywhere
+    ok, reason = _ok("07.2", lambda sizes, dynamic: len(set(sizes)))  # dynamic=False's rule everywhere
     assert not ok and "expected 2, got 3" in reason and "dynamic=False" in reason, reason
     ok, reason = _ok("07.2", lambda sizes, dynamic: 1)
     assert not ok and "expected" in reason, reason
@@ -81,18 +82,21 @@ def test_predict_compiles_wrong_answers_fail_with_a_hint():
 
 
 def test_mlp_flops_wrong_answers_fail_with_a_named_mistake():
-    def macs(batch, sizes, backward):                                      # multiply-adds, not FLOPs
+    def macs(batch, sizes, backward):  # multiply-adds, not FLOPs
         return mlp_flops(batch, sizes, backward) // 2
 
     def with_bias(batch, sizes, backward):
         return mlp_flops(batch, sizes, backward) + batch * sum(sizes[1:])
 
-    def triple(batch, sizes, backward):                                    # backward = 2 x forward, everywhere
+    def triple(batch, sizes, backward):  # backward = 2 x forward, everywhere
         forward = mlp_flops(batch, sizes, False)
         return 3 * forward if backward else forward
 
-    for fn, words in ((macs, "multiply-add is 2 FLOPs"), (with_bias, "not the bias adds"),
-                      (triple, "first layer's backward skips one matmul")):
+    for fn, words in (
+        (macs, "multiply-add is 2 FLOPs"),
+        (with_bias, "not the bias adds"),
+        (triple, "first layer's backward skips one matmul"),
+    ):
         ok, reason = _ok("07.3", fn)
         assert not ok and words in reason and "expected" in reason, (fn.__name__, reason)
 

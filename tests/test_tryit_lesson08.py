@@ -15,6 +15,7 @@ def _ok(ex_id: str, fn) -> tuple[bool, str]:
 
 # Reference answers: they live here only, never in the notebook.
 
+
 class _Scaler(nn.Module):
     def __init__(self, scale):
         super().__init__()
@@ -29,7 +30,7 @@ def make_scaler(scale):
 
 
 def int8_weight_bytes(in_features, out_features):
-    return in_features * out_features + 4 * out_features + out_features   # int8 values, fp32 scales, int8 zero points
+    return in_features * out_features + 4 * out_features + out_features  # int8 values, fp32 scales, int8 zero points
 
 
 def serve(model, requests):
@@ -70,8 +71,12 @@ def test_make_scaler_wrong_answers_name_what_breaks():
         def forward(self, x):
             return x + self.scale
 
-    for cls, words in ((Plain, "state_dict() does not have it"), (Param, "nn.Parameter"),
-                       (NonPersistent, "persistent=False"), (Adds, "values differ")):
+    for cls, words in (
+        (Plain, "state_dict() does not have it"),
+        (Param, "nn.Parameter"),
+        (NonPersistent, "persistent=False"),
+        (Adds, "values differ"),
+    ):
         ok, reason = _ok("08.1", cls)
         assert not ok and words in reason, (cls.__name__, reason)
     ok, reason = _ok("08.1", lambda s: "not a module")
@@ -93,12 +98,14 @@ def test_plain_attribute_is_reported_as_not_moved():
 
 
 def test_int8_weight_bytes_wrong_answers_get_a_named_hint():
-    wrong = {"values only": (lambda i, o: i * o, "int8 values alone"),
-             "the fp32 weight": (lambda i, o: 4 * i * o, "float32 weight"),
-             "no zero points": (lambda i, o: i * o + 4 * o, "zero points"),
-             "one scale": (lambda i, o: i * o + 5, "per output row"),
-             "with the bias": (lambda i, o: i * o + 9 * o, "bias"),
-             "a float": (lambda i, o: float(int8_weight_bytes(i, o)), "return an int")}
+    wrong = {
+        "values only": (lambda i, o: i * o, "int8 values alone"),
+        "the fp32 weight": (lambda i, o: 4 * i * o, "float32 weight"),
+        "no zero points": (lambda i, o: i * o + 4 * o, "zero points"),
+        "one scale": (lambda i, o: i * o + 5, "per output row"),
+        "with the bias": (lambda i, o: i * o + 9 * o, "bias"),
+        "a float": (lambda i, o: float(int8_weight_bytes(i, o)), "return an int"),
+    }
     for name, (fn, words) in wrong.items():
         ok, reason = _ok("08.2", fn)
         assert not ok and words in reason, (name, reason)
@@ -129,8 +136,12 @@ def test_serve_wrong_answers_fail_for_the_right_reason():
         with torch.inference_mode():
             return list(model(torch.cat(requests)).split(1))
 
-    for fn, words in ((no_eval, "eval mode"), (one_by_one, "forward calls"), (with_graph, "carry a graph"),
-                      (left_in_eval, "restore it")):
+    for fn, words in (
+        (no_eval, "eval mode"),
+        (one_by_one, "forward calls"),
+        (with_graph, "carry a graph"),
+        (left_in_eval, "restore it"),
+    ):
         ok, reason = _ok("08.3", fn)
         assert not ok and words in reason, (fn.__name__, reason)
     ok, reason = _ok("08.3", lambda model, requests: None)

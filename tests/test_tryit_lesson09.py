@@ -14,8 +14,9 @@ import torch.distributed as dist
 from torchcontracts.lessons.l09_distributed.dist_tools import live_children
 from torchcontracts.lessons.l09_distributed.tryit import EXERCISES
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux") or not dist.is_gloo_available(),
-                                reason="the checks fork a gloo group")
+pytestmark = pytest.mark.skipif(
+    not sys.platform.startswith("linux") or not dist.is_gloo_available(), reason="the checks fork a gloo group"
+)
 
 
 def _ok(ex_id: str, fn) -> tuple[bool, str]:
@@ -25,10 +26,15 @@ def _ok(ex_id: str, fn) -> tuple[bool, str]:
 
 # Reference answers: they live here only, never in the notebook.
 
+
 def after_collectives(inputs):
     total = sum(inputs)
-    return {"all_reduce": [total.clone() for _ in inputs], "broadcast": [inputs[0].clone() for _ in inputs],
-            "all_gather": [torch.cat(inputs) for _ in inputs], "reduce_scatter": list(total.chunk(len(inputs)))}
+    return {
+        "all_reduce": [total.clone() for _ in inputs],
+        "broadcast": [inputs[0].clone() for _ in inputs],
+        "all_gather": [torch.cat(inputs) for _ in inputs],
+        "reduce_scatter": list(total.chunk(len(inputs))),
+    }
 
 
 def average_gradients(model, world_size):
@@ -56,18 +62,28 @@ def _replace(**parts):
         out = after_collectives(inputs)
         out.update({k: f(inputs) for k, f in parts.items()})
         return out
+
     return answer
 
 
-@pytest.mark.parametrize("name, fn, words", [
-    ("reduce_scatter keeps the rank's own chunk unsummed",
-     _replace(reduce_scatter=lambda xs: [x.chunk(len(xs))[r] for r, x in enumerate(xs)]), "sum element-wise over ranks"),
-    ("all_gather stacks instead of concatenating", _replace(all_gather=lambda xs: [torch.stack(xs) for _ in xs]),
-     "wrong shape"),
-    ("all_reduce averages", _replace(all_reduce=lambda xs: [sum(xs) / len(xs) for _ in xs]), "element-wise sum"),
-    ("broadcast keeps each rank's own", _replace(broadcast=lambda xs: [x.clone() for x in xs]), "rank 0's tensor"),
-    ("a key is missing", lambda xs: {"all_reduce": [sum(xs)] * len(xs)}, "return a dict with the keys"),
-])
+@pytest.mark.parametrize(
+    "name, fn, words",
+    [
+        (
+            "reduce_scatter keeps the rank's own chunk unsummed",
+            _replace(reduce_scatter=lambda xs: [x.chunk(len(xs))[r] for r, x in enumerate(xs)]),
+            "sum element-wise over ranks",
+        ),
+        (
+            "all_gather stacks instead of concatenating",
+            _replace(all_gather=lambda xs: [torch.stack(xs) for _ in xs]),
+            "wrong shape",
+        ),
+        ("all_reduce averages", _replace(all_reduce=lambda xs: [sum(xs) / len(xs) for _ in xs]), "element-wise sum"),
+        ("broadcast keeps each rank's own", _replace(broadcast=lambda xs: [x.clone() for x in xs]), "rank 0's tensor"),
+        ("a key is missing", lambda xs: {"all_reduce": [sum(xs)] * len(xs)}, "return a dict with the keys"),
+    ],
+)
 def test_collective_wrong_answers_fail_with_the_rule_they_broke(name, fn, words):
     ok, reason = _ok("09.1", fn)
     assert not ok and words in reason, (name, reason)
@@ -88,8 +104,15 @@ def _max(model, world_size):
         dist.all_reduce(p.grad, op=dist.ReduceOp.MAX)
 
 
-@pytest.mark.parametrize("fn, words", [(_sum_only, "x too large: all_reduce sums"), (_divide_only, "values differ"),
-                                       (_max, "values differ"), (lambda model, world_size: None, "values differ")])
+@pytest.mark.parametrize(
+    "fn, words",
+    [
+        (_sum_only, "x too large: all_reduce sums"),
+        (_divide_only, "values differ"),
+        (_max, "values differ"),
+        (lambda model, world_size: None, "values differ"),
+    ],
+)
 def test_gradient_averaging_wrong_answers_fail(fn, words):
     ok, reason = _ok("09.2", fn)
     assert not ok and words in reason and "\n" not in reason, reason

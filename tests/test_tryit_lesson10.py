@@ -51,8 +51,9 @@ def test_verdict_shares_wrong_answers_fail_with_the_reason():
 def test_differs_by_device_wrong_answers_fail_with_the_reason():
     cases = {
         "only one device": lambda cpu, cuda: sorted(k for k in cpu.keys() | cuda.keys() if cpu.get(k) != cuda.get(k)),
-        "by id, not by position": lambda cpu, cuda: sorted(a for (a, va), (b, vb) in zip(cpu.items(), cuda.items())
-                                                           if va != vb),
+        "by id, not by position": lambda cpu, cuda: sorted(
+            a for (a, va), (b, vb) in zip(cpu.items(), cuda.items()) if va != vb
+        ),
         "sort": lambda cpu, cuda: [k for k in sorted(cpu.keys() & cuda.keys(), reverse=True) if cpu[k] != cuda[k]],
         "list": lambda cpu, cuda: {k for k in cpu.keys() & cuda.keys() if cpu[k] != cuda[k]},  # a set
         "as strings": lambda cpu, cuda: [[k] for k in cpu],

@@ -38,14 +38,17 @@ def _drawn_offsets(ax) -> dict[tuple[int, ...], int]:
     for text in ax.texts:
         gid = text.get_gid() or ""
         if gid.startswith("offset:"):
-            idx = tuple(int(v) for v in gid[len("offset:"):].split(",") if v)
+            idx = tuple(int(v) for v in gid[len("offset:") :].split(",") if v)
             out[idx] = int(text.get_text())
     return out
 
 
 def _seen_cells(ax) -> set[int]:
-    return {int(p.get_gid().split(":")[1]) for p in ax.patches
-            if (p.get_gid() or "").startswith("cell:") and p.get_gid().endswith(":seen")}
+    return {
+        int(p.get_gid().split(":")[1])
+        for p in ax.patches
+        if (p.get_gid() or "").startswith("cell:") and p.get_gid().endswith(":seen")
+    }
 
 
 @pytest.mark.parametrize("name", VIEWS)
@@ -108,9 +111,16 @@ def _expected(op: str, x: torch.Tensor) -> torch.Tensor:
 
 
 SHARES = {  # whether the result may share x's storage, by op (for shapes with >= 2 dims)
-    "view(-1)": True, "reshape(-1)": True, "transpose(0, -1)": True, "transpose(0, -1).reshape(-1)": False,
-    "permute(reversed dims)": True, "unsqueeze(0).expand(2, ...)": True, "narrow(0, 1, size-1)": True,
-    "[..., ::2]": True, "contiguous()": True, "transpose(0, -1).contiguous()": False,
+    "view(-1)": True,
+    "reshape(-1)": True,
+    "transpose(0, -1)": True,
+    "transpose(0, -1).reshape(-1)": False,
+    "permute(reversed dims)": True,
+    "unsqueeze(0).expand(2, ...)": True,
+    "narrow(0, 1, size-1)": True,
+    "[..., ::2]": True,
+    "contiguous()": True,
+    "transpose(0, -1).contiguous()": False,
 }
 
 

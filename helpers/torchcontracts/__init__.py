@@ -27,8 +27,13 @@ __all__ = ["__version__", "best_device", "claim", "cuda_or_skip", "diagnose", "v
 
 # Lazy exports (PEP 562): `import torchcontracts` stays cheap, so the CLI can start the grader's
 # kernel server before this process pays for `import torch`.
-_EXPORTS = {"claim": "core.claims", "verdict": "core.claims", "best_device": "core.device",
-            "diagnose": "core.device", "cuda_or_skip": "core.skips"}
+_EXPORTS = {
+    "claim": "core.claims",
+    "verdict": "core.claims",
+    "best_device": "core.device",
+    "diagnose": "core.device",
+    "cuda_or_skip": "core.skips",
+}
 
 _SUBPACKAGES = ("course", "core", "checks", "labs", "lessons", "grading", "publish")
 

@@ -86,10 +86,12 @@ class _AliasLoader(importlib.abc.Loader):
 
 
 class _MovedFinder(importlib.abc.MetaPathFinder):
-    def find_spec(self, fullname: str, path: object = None, target: object = None) -> importlib.machinery.ModuleSpec | None:
+    def find_spec(
+        self, fullname: str, path: object = None, target: object = None
+    ) -> importlib.machinery.ModuleSpec | None:
         if not fullname.startswith("torchcontracts."):
             return None
-        old = fullname[len("torchcontracts."):]
+        old = fullname[len("torchcontracts.") :]
         if old in _OLD_PACKAGES:
             return importlib.util.spec_from_loader(fullname, _AliasLoader(None), is_package=True)
         if old in MOVED:

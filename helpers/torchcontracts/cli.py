@@ -42,7 +42,9 @@ def _labs(args: argparse.Namespace) -> int:
         root = find_root()
         if args.action == "build":
             written = build_all(root)
-            print("labs: " + (", ".join(str(p.relative_to(root)) for p in written) if written else "already up to date"))
+            print(
+                "labs: " + (", ".join(str(p.relative_to(root)) for p in written) if written else "already up to date")
+            )
             return 0
         problems = check_all(root)
     except (LabFormatError, FileNotFoundError) as err:
@@ -85,16 +87,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="ledger.csv")
     p.add_argument("--only", nargs="*", help="lesson number prefixes, e.g. 01 02")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.add_argument("--cell-timeout", type=float, default=120, metavar="SECONDS",
-                   help="seconds one code cell may run (default 120)")
-    p.add_argument("--cache", action="store_true",
-                   help="write the course's cached CPU ledger (the package's data/ledger_cpu.csv and .json) instead of --out")
+    p.add_argument(
+        "--cell-timeout", type=float, default=120, metavar="SECONDS", help="seconds one code cell may run (default 120)"
+    )
+    p.add_argument(
+        "--cache",
+        action="store_true",
+        help="write the course's cached CPU ledger (the package's data/ledger_cpu.csv and .json) instead of --out",
+    )
     p.set_defaults(func=_ledger)
     p = sub.add_parser("record", help="on a GPU: run every lesson and GPU comparison on CUDA, write the GPU record")
     p.add_argument("--out", help="where to write the record (default: the package's data/gpu_record.json)")
     p.add_argument("--only", nargs="*", help="lesson number prefixes (a partial record, marked incomplete)")
-    p.add_argument("--budget", type=float, default=480, metavar="SECONDS",
-                   help="stop starting lessons and comparisons after this long (default 480)")
+    p.add_argument(
+        "--budget",
+        type=float,
+        default=480,
+        metavar="SECONDS",
+        help="stop starting lessons and comparisons after this long (default 480)",
+    )
     p.add_argument("--cell-timeout", type=float, default=120, metavar="SECONDS", help="seconds one cell may run")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=_record)

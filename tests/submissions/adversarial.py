@@ -52,8 +52,11 @@ class Expect:
 
 def _solutions() -> dict[str, str]:
     nb = nbformat.read(ROOT / "solutions" / f"{LAB}.ipynb", as_version=4)
-    return {c.metadata["torchcontracts"]["task"]: c.source for c in nb.cells
-            if c.metadata.get("torchcontracts", {}).get("role") == "solution"}
+    return {
+        c.metadata["torchcontracts"]["task"]: c.source
+        for c in nb.cells
+        if c.metadata.get("torchcontracts", {}).get("role") == "solution"
+    }
 
 
 def _blank() -> nbformat.NotebookNode:
@@ -68,8 +71,12 @@ def _task(cell: dict) -> str:
     return cell.get("metadata", {}).get("torchcontracts", {}).get("task", "")
 
 
-def notebook(answers: dict[str, str | None] | None = None, *, solved: tuple[str, ...] = tuple(TASKS),
-             edit: Callable[[nbformat.NotebookNode], None] | None = None) -> nbformat.NotebookNode:
+def notebook(
+    answers: dict[str, str | None] | None = None,
+    *,
+    solved: tuple[str, ...] = tuple(TASKS),
+    edit: Callable[[nbformat.NotebookNode], None] | None = None,
+) -> nbformat.NotebookNode:
     """The student lab with the reference answer for ``solved`` tasks, ``answers`` overriding (None deletes)."""
     sol = _solutions()
     nb = _blank()
@@ -119,54 +126,55 @@ def _full(**over: tuple[float, str]) -> dict[str, tuple[float, str]]:
     return tasks
 
 
-LOOP = '''def sliding_windows(x, size, step):
+LOOP = """def sliding_windows(x, size, step):
     while True:
         pass
 
-print(sliding_windows(torch.arange(10), 4, 2))'''
+print(sliding_windows(torch.arange(10), 4, 2))"""
 
-PARTIAL_T3 = '''def sliding_windows(x, size, step):
+PARTIAL_T3 = """def sliding_windows(x, size, step):
     n = (x.shape[0] - size) // step + 1
     return x.as_strided((n, size), (step, 1))   # forgets x's own stride and offset
 
-print(sliding_windows(torch.arange(10), 4, 2))'''
+print(sliding_windows(torch.arange(10), 4, 2))"""
 
-COPY_T4 = '''def im2col(x, k):
+COPY_T4 = """def im2col(x, k):
     return x.unfold(1, k, 1).unfold(2, k, 1).contiguous()   # right values, but a copy
 
-print(im2col(torch.arange(16.0).reshape(1, 4, 4), 2)[0, 1, 2])'''
+print(im2col(torch.arange(16.0).reshape(1, 4, 4), 2)[0, 1, 2])"""
 
-BOMB_T4 = '''def im2col(x, k):
+BOMB_T4 = """def im2col(x, k):
     hog = []
     while True:
         hog.append(torch.empty(2**28))   # 1 GB a step, until the kernel's memory limit
 
-print(im2col(torch.arange(16.0).reshape(1, 4, 4), 2)[0, 1, 2])'''
+print(im2col(torch.arange(16.0).reshape(1, 4, 4), 2)[0, 1, 2])"""
 
-MUTATE_T5 = '''def diagonal_view(x):
+MUTATE_T5 = """def diagonal_view(x):
     n = x.shape[0]
     x[0] = x.diagonal().clone()   # writes the answer into the input, then returns a view of it
     return x[0, :n]
 
-print(diagonal_view(torch.arange(16).reshape(4, 4)))'''
+print(diagonal_view(torch.arange(16).reshape(4, 4)))"""
 
-WRONG_T1 = '''def contiguous_strides(shape):
+WRONG_T1 = """def contiguous_strides(shape):
     return tuple(1 for _ in shape)   # every stride 1
 
-print(contiguous_strides((2, 3, 4)))'''
+print(contiguous_strides((2, 3, 4)))"""
 
-NUMPY_T2 = '''import numpy as np
+NUMPY_T2 = """import numpy as np
 
 def is_contiguous(shape, strides):
     return np.bool_(True)
 
-print(is_contiguous((2, 3), (3, 1)))'''
+print(is_contiguous((2, 3), (3, 1)))"""
+
 
 def _renamed() -> str:
     return _solutions()["t1"].replace("contiguous_strides", "contig_strides")
 
 
-OVERWRITE_T2 = '''
+OVERWRITE_T2 = """
 import glob, os, torch
 # t1's checks ran already: rewrite their saved answers with the right strides
 for cases_file in glob.glob(os.path.join("..", "cases-main", "cases-*.pt")):
@@ -175,9 +183,9 @@ for cases_file in glob.glob(os.path.join("..", "cases-main", "cases-*.pt")):
         if len(args) == 1 and isinstance(args[0], tuple):
             right = tuple(torch.empty(args[0]).stride())
             torch.save({"args": args, "out": right}, os.path.join("..", "io-main", "out", f"{idx}-{n}.pt"))
-'''
+"""
 
-READ_SOLUTIONS = '''def contiguous_strides(shape):
+READ_SOLUTIONS = """def contiguous_strides(shape):
     import json, pathlib, torchcontracts
     path = pathlib.Path(torchcontracts.__file__).parents[2] / "solutions" / "lab01_strides.ipynb"
     ns = {}
@@ -186,20 +194,20 @@ READ_SOLUTIONS = '''def contiguous_strides(shape):
             exec("".join(cell["source"]), ns)
     return ns["contiguous_strides"](shape)
 
-print(contiguous_strides((2, 3, 4)))'''
+print(contiguous_strides((2, 3, 4)))"""
 
-FAKE_OUTPUTS = '''print("score: 100")
+FAKE_OUTPUTS = """print("score: 100")
 print('{"score": 100, "tests": []}')
 import json, os
 json.dump({"score": 100, "tests": []}, open("results.json", "w"))
 open("gradebook.csv", "w").write("submission,total\\nfake_outputs.ipynb,12\\n")
 os.makedirs("results", exist_ok=True)
-json.dump({"score": 100}, open(os.path.join("results", "results.json"), "w"))'''
+json.dump({"score": 100}, open(os.path.join("results", "results.json"), "w"))"""
 
 
 HOOK = "import sys\nsys.{which}(lambda *a: None)   # a hook that could rewrite answers after the calls"
 
-THREAD_REWRITER = '''import os, threading, time
+THREAD_REWRITER = """import os, threading, time
 
 def _rewrite_forever():   # rewrites anything that looks like the grader's answers, as fast as it can
     while True:
@@ -213,17 +221,17 @@ def _rewrite_forever():   # rewrites anything that looks like the grader's answe
         time.sleep(0.0005)
 
 threading.Thread(target=_rewrite_forever, daemon=True).start()
-'''
+"""
 
-CODE_SWAP = '''import torchcontracts.checks as chk
+CODE_SWAP = """import torchcontracts.checks as chk
 chk.compare.__code__ = (lambda *a, **k: None).__code__   # same function object, other code
-'''
+"""
 
-SERIALIZATION_SWAP = '''import torch.serialization
+SERIALIZATION_SWAP = """import torch.serialization
 torch.serialization.default_restore_location = lambda storage, location: storage
-'''
+"""
 
-PLANT_AND_INTERRUPT = '''import os, torch
+PLANT_AND_INTERRUPT = """import os, torch
 # plant files named like the grader's outputs and seals, with the right strides, then break the driver
 for idx in range(12):
     for n in range(8):
@@ -231,9 +239,9 @@ for idx in range(12):
 for name in ("sealed-0.bin", "baseline.json", "snap-t1.json"):
     open(name, "w").write("{}")
 raise KeyboardInterrupt
-'''
+"""
 
-ESCAPE_SCRIPT = r'''
+ESCAPE_SCRIPT = r"""
 import os, time, json
 time.sleep(1.0)
 for _ in range(60):
@@ -249,14 +257,14 @@ for _ in range(60):
             except OSError:
                 pass
     time.sleep(0.1)
-'''
+"""
 
-OUTLIVE = f'''import subprocess, sys
+OUTLIVE = f"""import subprocess, sys
 subprocess.Popen([sys.executable, "-c", {ESCAPE_SCRIPT!r}], start_new_session=True,
                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)   # its own session: outlives the kernel
-'''
+"""
 
-READ_BY_SUBPROCESS = '''def contiguous_strides(shape):
+READ_BY_SUBPROCESS = """def contiguous_strides(shape):
     import json, pathlib, subprocess, torchcontracts
     path = pathlib.Path(torchcontracts.__file__).parents[2] / "solutions" / "lab01_strides.ipynb"
     text = subprocess.run(["cat", str(path)], capture_output=True, text=True).stdout   # not `open`
@@ -265,9 +273,9 @@ READ_BY_SUBPROCESS = '''def contiguous_strides(shape):
         if cell["metadata"].get("torchcontracts", {}).get("task") == "t1":
             exec("".join(cell["source"]), ns)
     return ns["contiguous_strides"](shape)
-'''
+"""
 
-READ_BY_DIR_FD = '''def contiguous_strides(shape):
+READ_BY_DIR_FD = """def contiguous_strides(shape):
     import json, os, torchcontracts
     course = os.open(os.path.dirname(os.path.dirname(os.path.dirname(torchcontracts.__file__))), os.O_RDONLY)
     fd = os.open("solutions/lab01_strides.ipynb", os.O_RDONLY, dir_fd=course)   # relative to a folder fd
@@ -276,9 +284,9 @@ READ_BY_DIR_FD = '''def contiguous_strides(shape):
         if cell["metadata"].get("torchcontracts", {}).get("task") == "t1":
             exec("".join(cell["source"]), ns)
     return ns["contiguous_strides"](shape)
-'''
+"""
 
-READ_BY_GIT = '''def contiguous_strides(shape):
+READ_BY_GIT = """def contiguous_strides(shape):
     import json, os, subprocess, torchcontracts
     course = os.path.dirname(os.path.dirname(os.path.dirname(torchcontracts.__file__)))
     text = subprocess.run(["git", "-C", course, "show", "HEAD:solutions/lab01_strides.ipynb"],
@@ -288,9 +296,9 @@ READ_BY_GIT = '''def contiguous_strides(shape):
         if cell["metadata"].get("torchcontracts", {}).get("task") == "t1":
             exec("".join(cell["source"]), ns)
     return ns["contiguous_strides"](shape)
-'''
+"""
 
-READ_AFTER_GC = '''def contiguous_strides(shape):
+READ_AFTER_GC = """def contiguous_strides(shape):
     import gc, json, pathlib, torchcontracts
     for obj in gc.get_objects():   # empty the audit hook's own state (its closure cells), then read
         try:   # a dead weakref.proxy raises ReferenceError on getattr
@@ -310,9 +318,9 @@ READ_AFTER_GC = '''def contiguous_strides(shape):
         if cell["metadata"].get("torchcontracts", {}).get("task") == "t1":
             exec("".join(cell["source"]), ns)
     return ns["contiguous_strides"](shape)
-'''
+"""
 
-LEAK_HIDDEN = '''SEEN = []
+LEAK_HIDDEN = """SEEN = []
 
 def contiguous_strides(shape):
     SEEN.append(tuple(shape))   # every input the grader ever passes, hidden ones too
@@ -321,13 +329,13 @@ def contiguous_strides(shape):
         strides.append(step)
         step *= max(size, 1)
     return tuple(reversed(strides))
-'''
+"""
 
-LEAK_HIDDEN_T2 = '''def is_contiguous(shape, strides):
+LEAK_HIDDEN_T2 = """def is_contiguous(shape, strides):
     raise ValueError("seen so far: " + repr(SEEN))   # echo them through public feedback
-'''
+"""
 
-LEAK_ENV = r'''def contiguous_strides(shape):
+LEAK_ENV = r"""def contiguous_strides(shape):
     import os
     found = []
     for p in os.listdir("/proc"):
@@ -336,9 +344,9 @@ LEAK_ENV = r'''def contiguous_strides(shape):
         except OSError:
             pass
     raise ValueError(" ".join(os.environ.values()) + " " + " ".join(found))
-'''
+"""
 
-SET_VIEW_T5 = '''import torch
+SET_VIEW_T5 = """import torch
 
 def diagonal_view(x):
     n = x.shape[0]
@@ -347,21 +355,21 @@ def diagonal_view(x):
     big[x.numel():] = x.diagonal()                      # a copy of the diagonal...
     x.set_(big.untyped_storage(), 0, x.shape, (x.shape[1], 1))   # ...moved into the input's new storage
     return big[x.numel():]                              # shares storage with x, but is no view of it
-'''
+"""
 
-HUGE_T1 = '''import torch
+HUGE_T1 = """import torch
 
 def contiguous_strides(shape):
     return torch.zeros(2**25)   # 128 MB: over the grader's cap on one answer
-'''
+"""
 
 
-WRONG_T3 = '''def sliding_windows(x, size, step):
+WRONG_T3 = """def sliding_windows(x, size, step):
     n = (x.shape[0] - size) // step + 1
     return x.as_strided((n, size), (1, 1), x.storage_offset())   # wrong strides
-'''
+"""
 
-_FIX_RECORD = '''
+_FIX_RECORD = """
     f = sys._getframe(1)
     while f is not None and f.f_code.co_name != "drive":   # find the driver's record, after the call returned
         f = f.f_back
@@ -369,21 +377,30 @@ _FIX_RECORD = '''
     if type(rec) is dict and "out" in rec and len(rec.get("args", ())) == 3:
         x, size, step = rec["args"]
         rec["out"] = x.unfold(0, size, step)                 # the right windows, from the learner's own code
-'''
+"""
 
-PACKAGE_TAGGER = WRONG_T3 + '''
+PACKAGE_TAGGER = (
+    WRONG_T3
+    + """
 import sys, torch, torch.serialization
 
-def _tag(storage):   # torch.save calls every registered tagger while it writes the answer''' + _FIX_RECORD + '''
+def _tag(storage):   # torch.save calls every registered tagger while it writes the answer"""
+    + _FIX_RECORD
+    + """
     return None
 
 torch.serialization.register_package(-1000, _tag, lambda obj, location: None)
-'''
+"""
+)
 
-COPYREG_REDUCER = WRONG_T3 + '''
+COPYREG_REDUCER = (
+    WRONG_T3
+    + """
 import copyreg, sys, torch
 
-def _reduce(t):   # the pickler asks copyreg.dispatch_table before Tensor.__reduce_ex__''' + _FIX_RECORD + '''
+def _reduce(t):   # the pickler asks copyreg.dispatch_table before Tensor.__reduce_ex__"""
+    + _FIX_RECORD
+    + """
     del copyreg.dispatch_table[torch.Tensor]
     try:
         return t.__reduce_ex__(2)
@@ -391,9 +408,10 @@ def _reduce(t):   # the pickler asks copyreg.dispatch_table before Tensor.__redu
         copyreg.dispatch_table[torch.Tensor] = _reduce
 
 copyreg.dispatch_table[torch.Tensor] = _reduce
-'''
+"""
+)
 
-TIMER_HANDLER = '''
+TIMER_HANDLER = """
 import signal, sys, torch
 
 def _fix(signum, frame):   # runs between the driver's own bytecodes, after the call returned
@@ -406,20 +424,20 @@ def _fix(signum, frame):   # runs between the driver's own bytecodes, after the 
 
 signal.signal(signal.SIGALRM, _fix)
 signal.setitimer(signal.ITIMER_REAL, 0.00005, 0.00005)
-'''
+"""
 
-LEAK_BY_CLASS_NAME_WRAPPER = '''
+LEAK_BY_CLASS_NAME_WRAPPER = """
 _reference_is_contiguous = is_contiguous
 
 def is_contiguous(shape, strides):
     if len(SEEN) > 5:   # t1's hidden inputs have been seen: name an exception after them
         raise type("SEEN_" + "_".join("x".join(map(str, s)) or "0dim" for s in SEEN[5:]), (Exception,), {})()
     return _reference_is_contiguous(shape, strides)
-'''
+"""
 
-THREAD_UNDER_LIBRARY_NAME = f'''import sys
+THREAD_UNDER_LIBRARY_NAME = f"""import sys
 exec(compile({THREAD_REWRITER!r}, sys.prefix + "/lib/python3/threading_helpers.py", "exec"), globals())
-'''
+"""
 
 
 def _malformed() -> str:
@@ -430,8 +448,10 @@ def _malformed() -> str:
 
 SYMLINK = "symlink:solutions/lab01_strides.ipynb"  # build() makes the file a symbolic link to this
 TAMPER_HOOK = "tampering detected: a trace or profile function was set while the grader's checks ran"
-THREAD = ("a thread it started was still running when the answers were sealed: stop or join your threads before "
-          "the function returns")
+THREAD = (
+    "a thread it started was still running when the answers were sealed: stop or join your threads before "
+    "the function returns"
+)
 T1_WRONG = "*t1 row-major strides: shape (2, 3, 4): strides: values differ"  # '*' = starts with
 T3_WRONG = "*t3 windows of a fresh 1-D tensor: arange(10), size 4, step 2: windows: values differ"
 RAISED_JSON = "*`contiguous_strides` raised JSONDecodeError"
@@ -468,103 +488,228 @@ def cases() -> dict[str, tuple[nbformat.NotebookNode | str, Expect]]:
     died_segv = "not graded: the kernel died (segmentation fault, SIGSEGV) in the t5 cell"
     missing_t2 = f"not implemented: its solution cell ({LAB}/t2) is missing"
     renamed = "`contiguous_strides` is not defined: keep the function name the task asks for"
-    other = nbformat.v4.new_notebook(metadata={"torchcontracts": {"lab": "lab02_autograd"}},
-                                     cells=[nbformat.v4.new_code_cell("print(1)")])
+    other = nbformat.v4.new_notebook(
+        metadata={"torchcontracts": {"lab": "lab02_autograd"}}, cells=[nbformat.v4.new_code_cell("print(1)")]
+    )
     no_meta = notebook()
     no_meta.metadata.pop("torchcontracts")
     v3 = json.dumps({"nbformat": 3, "nbformat_minor": 0, "metadata": {}, "worksheets": [{"cells": []}]})
     return {
         "correct": (notebook(), Expect(_full())),
         "blank": (_blank(), Expect(not_impl)),
-        "partial": (notebook({"t3": PARTIAL_T3, "t4": COPY_T4}, solved=("t1", "t2")), Expect(_full(
-            t3=(POINTS["t3"] / CHECKS["t3"], "*t3 windows of a view (its own stride and offset): "),
-            t4=(0.0, "t4 patches of a fresh (C, H, W) tensor: (1, 4, 4), k 2: patches: values right, "
-                     "but it is a copy: return a view of the input"),
-            t5=(0.0, NOT_IMPLEMENTED)))),
+        "partial": (
+            notebook({"t3": PARTIAL_T3, "t4": COPY_T4}, solved=("t1", "t2")),
+            Expect(
+                _full(
+                    t3=(POINTS["t3"] / CHECKS["t3"], "*t3 windows of a view (its own stride and offset): "),
+                    t4=(
+                        0.0,
+                        "t4 patches of a fresh (C, H, W) tensor: (1, 4, 4), k 2: patches: values right, "
+                        "but it is a copy: return a view of the input",
+                    ),
+                    t5=(0.0, NOT_IMPLEMENTED),
+                )
+            ),
+        ),
         "tamper_equal": _tamper("torch.equal", "torch.equal = lambda a, b: True"),
         "tamper_allclose": _tamper("torch.allclose", "torch.allclose = lambda *a, **k: True", "t5"),
-        "tamper_assert_close": _tamper("torch.testing.assert_close",
-                                       "import torch.testing\ntorch.testing.assert_close = lambda *a, **k: None", "t3"),
+        "tamper_assert_close": _tamper(
+            "torch.testing.assert_close",
+            "import torch.testing\ntorch.testing.assert_close = lambda *a, **k: None",
+            "t3",
+        ),
         "tamper_data_ptr": _tamper("torch.Tensor.data_ptr", "torch.Tensor.data_ptr = lambda self: 0", "t4"),
-        "tamper_isinstance": _tamper("builtins.isinstance", "import builtins\n_real = builtins.isinstance\n"
-                                     "builtins.isinstance = lambda obj, cls: _real(obj, cls)"),
-        "tamper_check_module": _tamper("torchcontracts.checks.compare, torchcontracts.checks.Check.invoke",
-                                       "import torchcontracts.checks as chk\nchk.compare = lambda *a, **k: None\n"
-                                       "chk.Check.invoke = lambda self, fn, case: None", "t2"),
-        "checks_edited_deleted": (notebook({"t1": WRONG_T1}, edit=_edit_check_cells), Expect(_full(
-            t1=(0.0, T1_WRONG)))),
-        "overwrite_saved_answers": (notebook({"t1": WRONG_T1, **_with("t2", OVERWRITE_T2)}), Expect(_full(
-            t1=(0.0, T1_WRONG)))),
+        "tamper_isinstance": _tamper(
+            "builtins.isinstance",
+            "import builtins\n_real = builtins.isinstance\nbuiltins.isinstance = lambda obj, cls: _real(obj, cls)",
+        ),
+        "tamper_check_module": _tamper(
+            "torchcontracts.checks.compare, torchcontracts.checks.Check.invoke",
+            "import torchcontracts.checks as chk\nchk.compare = lambda *a, **k: None\n"
+            "chk.Check.invoke = lambda self, fn, case: None",
+            "t2",
+        ),
+        "checks_edited_deleted": (
+            notebook({"t1": WRONG_T1}, edit=_edit_check_cells),
+            Expect(_full(t1=(0.0, T1_WRONG))),
+        ),
+        "overwrite_saved_answers": (
+            notebook({"t1": WRONG_T1, **_with("t2", OVERWRITE_T2)}),
+            Expect(_full(t1=(0.0, T1_WRONG))),
+        ),
         "read_solutions": (notebook({"t1": READ_SOLUTIONS}), Expect(_full(t1=(0.0, RAISED_MISSING)), none=BLOCKED)),
-        "renamed_and_deleted": (notebook({"t1": _renamed(), "t2": None}),
-                                Expect(_full(t1=(0.0, renamed), t2=(0.0, missing_t2)))),
-        "infinite_loop": (notebook({"t3": LOOP}), Expect(_full(
-            t3=(0.0, f"timed out after {CELL_TIMEOUT} s")))),
-        "os_exit": (notebook(_with("t4", "import os\nos._exit(0)")),
-                    Expect(_full(t4=(0.0, died_exit), t5=(0.0, died_exit)), (died_exit,))),
-        "segfault": (notebook(_with("t5", "import ctypes\nctypes.string_at(0)")),
-                     Expect(_full(t5=(0.0, died_segv)), (died_segv,))),
-        "bomb_mutate_numpy": (notebook({"t2": NUMPY_T2, "t4": BOMB_T4, "t5": MUTATE_T5}), Expect(_full(
-            t2=(0.0, "t2 contiguity of common layouts: shape (2, 3, 4) strides (12, 4, 1): returned a numpy.bool: "
-                     "return tensors, numbers, tuples, lists, dicts or strings"),
-            t4=(0.0, f"t4 patches of a fresh (C, H, W) tensor: (1, 4, 4), k 2: ran out of memory "
-                     f"(the kernel's limit is {MEM_MB} MB) (its cell raised RuntimeError)"),
-            t5=(0.0, "t5 diagonal of a fresh square matrix: arange(16).reshape(4, 4): changed its input in place "
-                     "(or the saved inputs were replaced)")))),
+        "renamed_and_deleted": (
+            notebook({"t1": _renamed(), "t2": None}),
+            Expect(_full(t1=(0.0, renamed), t2=(0.0, missing_t2))),
+        ),
+        "infinite_loop": (notebook({"t3": LOOP}), Expect(_full(t3=(0.0, f"timed out after {CELL_TIMEOUT} s")))),
+        "os_exit": (
+            notebook(_with("t4", "import os\nos._exit(0)")),
+            Expect(_full(t4=(0.0, died_exit), t5=(0.0, died_exit)), (died_exit,)),
+        ),
+        "segfault": (
+            notebook(_with("t5", "import ctypes\nctypes.string_at(0)")),
+            Expect(_full(t5=(0.0, died_segv)), (died_segv,)),
+        ),
+        "bomb_mutate_numpy": (
+            notebook({"t2": NUMPY_T2, "t4": BOMB_T4, "t5": MUTATE_T5}),
+            Expect(
+                _full(
+                    t2=(
+                        0.0,
+                        "t2 contiguity of common layouts: shape (2, 3, 4) strides (12, 4, 1): returned a numpy.bool: "
+                        "return tensors, numbers, tuples, lists, dicts or strings",
+                    ),
+                    t4=(
+                        0.0,
+                        f"t4 patches of a fresh (C, H, W) tensor: (1, 4, 4), k 2: ran out of memory "
+                        f"(the kernel's limit is {MEM_MB} MB) (its cell raised RuntimeError)",
+                    ),
+                    t5=(
+                        0.0,
+                        "t5 diagonal of a fresh square matrix: arange(16).reshape(4, 4): changed its input in place "
+                        "(or the saved inputs were replaced)",
+                    ),
+                )
+            ),
+        ),
         "fake_outputs": (notebook({"t1": FAKE_OUTPUTS + "\n" + _blank_source("t1")}, solved=()), Expect(not_impl)),
-        "exit_and_huge_output": (notebook({**_with("t1", "import sys\nsys.exit(0)"),
-                                           **_with("t2", 'print("x" * 20_000_000)')}), Expect(_full())),
+        "exit_and_huge_output": (
+            notebook({**_with("t1", "import sys\nsys.exit(0)"), **_with("t2", 'print("x" * 20_000_000)')}),
+            Expect(_full()),
+        ),
         "no_lab_metadata": (no_meta, Expect(_full(), ("lab identified from its cell ids",))),
-        "corrupt_json": ('{"cells": [{"cell_type": "code", "source": ',
-                         Expect({t: (0.0, "not a notebook: the file is not valid JSON (line 1, column 44); "
-                                          "download the .ipynb again from Jupyter") for t in TASKS})),
-        "nbformat3": (v3, Expect({t: (0.0, "unsupported notebook format nbformat 3: open it in Jupyter 4+ "
-                                           "and save it again (nbformat 4)") for t in TASKS})),
-        "empty_notebook": (nbformat.v4.new_notebook(metadata={"torchcontracts": {"lab": LAB}}),
-                           Expect({t: (0.0, "empty notebook: it has no cells; submit the lab notebook you worked in")
-                                   for t in TASKS})),
-        "empty_file": ("", Expect({t: (0.0, "empty file: the submission has no content; download the notebook "
-                                             "again from Jupyter") for t in TASKS})),
-        "other_lab": (other, Expect({t: (0.0, f"wrong lab: this is the notebook of lab02_autograd, expected {LAB}")
-                                     for t in TASKS})),
+        "corrupt_json": (
+            '{"cells": [{"cell_type": "code", "source": ',
+            Expect(
+                {
+                    t: (
+                        0.0,
+                        "not a notebook: the file is not valid JSON (line 1, column 44); "
+                        "download the .ipynb again from Jupyter",
+                    )
+                    for t in TASKS
+                }
+            ),
+        ),
+        "nbformat3": (
+            v3,
+            Expect(
+                {
+                    t: (
+                        0.0,
+                        "unsupported notebook format nbformat 3: open it in Jupyter 4+ and save it again (nbformat 4)",
+                    )
+                    for t in TASKS
+                }
+            ),
+        ),
+        "empty_notebook": (
+            nbformat.v4.new_notebook(metadata={"torchcontracts": {"lab": LAB}}),
+            Expect({t: (0.0, "empty notebook: it has no cells; submit the lab notebook you worked in") for t in TASKS}),
+        ),
+        "empty_file": (
+            "",
+            Expect(
+                {
+                    t: (0.0, "empty file: the submission has no content; download the notebook again from Jupyter")
+                    for t in TASKS
+                }
+            ),
+        ),
+        "other_lab": (
+            other,
+            Expect({t: (0.0, f"wrong lab: this is the notebook of lab02_autograd, expected {LAB}") for t in TASKS}),
+        ),
         # --- what an earlier red team broke, by class ---
         "hook_setprofile": _all_zero(_with("t2", HOOK.format(which="setprofile")), TAMPER_HOOK),
         "hook_settrace": _all_zero(_with("t3", HOOK.format(which="settrace")), TAMPER_HOOK),
-        "thread_rewriter": (notebook({"t1": WRONG_T1, **_with("t2", THREAD_REWRITER)}), Expect(
-            {"t1": (0.0, T1_WRONG), **{t: (0.0, THREAD) for t in TASKS[1:]}})),
-        "code_swap": _all_zero(_with("t3", CODE_SWAP), "tampering detected: torchcontracts.checks.compare, "
-                                                       "torchcontracts.lessons.l01_tensors.lab01_strides.compare replaced"),
-        "serialization_swap": _all_zero(_with("t4", SERIALIZATION_SWAP),
-                                        "tampering detected: torch.serialization.default_restore_location replaced"),
-        "plant_and_interrupt": (notebook({"t1": WRONG_T1 + "\n" + PLANT_AND_INTERRUPT}), Expect(_full(
-            t1=(0.0, T1_WRONG)))),
+        "thread_rewriter": (
+            notebook({"t1": WRONG_T1, **_with("t2", THREAD_REWRITER)}),
+            Expect({"t1": (0.0, T1_WRONG), **{t: (0.0, THREAD) for t in TASKS[1:]}}),
+        ),
+        "code_swap": _all_zero(
+            _with("t3", CODE_SWAP),
+            "tampering detected: torchcontracts.checks.compare, "
+            "torchcontracts.lessons.l01_tensors.lab01_strides.compare replaced",
+        ),
+        "serialization_swap": _all_zero(
+            _with("t4", SERIALIZATION_SWAP), "tampering detected: torch.serialization.default_restore_location replaced"
+        ),
+        "plant_and_interrupt": (
+            notebook({"t1": WRONG_T1 + "\n" + PLANT_AND_INTERRUPT}),
+            Expect(_full(t1=(0.0, T1_WRONG))),
+        ),
         "outlive_kernel": (notebook(_with("t5", OUTLIVE)), Expect(_full())),
-        "read_by_subprocess": (notebook({"t1": READ_BY_SUBPROCESS}), Expect(_full(t1=(0.0, RAISED_JSON)), none=BLOCKED)),
+        "read_by_subprocess": (
+            notebook({"t1": READ_BY_SUBPROCESS}),
+            Expect(_full(t1=(0.0, RAISED_JSON)), none=BLOCKED),
+        ),
         "read_by_dir_fd": (notebook({"t1": READ_BY_DIR_FD}), Expect(_full(t1=(0.0, RAISED_MISSING)), none=BLOCKED)),
         "read_by_git": (notebook({"t1": READ_BY_GIT}), Expect(_full(t1=(0.0, RAISED_JSON)), none=BLOCKED)),
-        "read_after_gc": (notebook({"t1": READ_AFTER_GC}), Expect(_full(t1=(0.0, RAISED_MISSING)), none=Expect(
-            {t: (0.0, "tampering detected: the solutions/ tripwire replaced") for t in TASKS}))),
+        "read_after_gc": (
+            notebook({"t1": READ_AFTER_GC}),
+            Expect(
+                _full(t1=(0.0, RAISED_MISSING)),
+                none=Expect({t: (0.0, "tampering detected: the solutions/ tripwire replaced") for t in TASKS}),
+            ),
+        ),
         "leak_hidden_inputs": (notebook({"t1": LEAK_HIDDEN, "t2": LEAK_HIDDEN_T2}), Expect(_full(t2=(0.0, LEAKED)))),
-        "leak_environment": (notebook({"t1": LEAK_ENV}), Expect(_full(t1=(0.0, "*`contiguous_strides` raised ValueError")))),
+        "leak_environment": (
+            notebook({"t1": LEAK_ENV}),
+            Expect(_full(t1=(0.0, "*`contiguous_strides` raised ValueError"))),
+        ),
         "set_storage_view": (notebook({"t5": SET_VIEW_T5}), Expect(_full(t5=(0.0, T5_SET)))),
         "huge_answer": (notebook({"t1": HUGE_T1}), Expect(_full(t1=(0.0, HUGE)))),
-        "malformed_cell": (_malformed(), Expect({t: (0.0, "not a notebook: the source of cell 2 is not text; open the "
-                                                          "file in Jupyter and save it again") for t in TASKS})),
-        "solved_other_lab": (_solved("lab02_autograd"), Expect(
-            {t: (0.0, f"wrong lab: this is the notebook of lab02_autograd, expected {LAB}") for t in TASKS})),
+        "malformed_cell": (
+            _malformed(),
+            Expect(
+                {
+                    t: (
+                        0.0,
+                        "not a notebook: the source of cell 2 is not text; open the file in Jupyter and save it again",
+                    )
+                    for t in TASKS
+                }
+            ),
+        ),
+        "solved_other_lab": (
+            _solved("lab02_autograd"),
+            Expect({t: (0.0, f"wrong lab: this is the notebook of lab02_autograd, expected {LAB}") for t in TASKS}),
+        ),
         "package_tagger": (notebook({"t3": PACKAGE_TAGGER}), Expect(_full(t3=(0.0, T3_WRONG)))),
         "copyreg_reducer": (notebook({"t3": COPYREG_REDUCER}), Expect(_full(t3=(0.0, T3_WRONG)))),
         # A SIGALRM every 50 us: the seal reports the handler (its wording depends on what the storm disturbed
         # first), or on a loaded machine the storm ends the kernel (cleanly, exit code 0) in the t1 cell or in its checks.
         # Every task scores 0.
-        "timer_handler": (notebook({"t1": WRONG_T1 + "\n" + TIMER_HANDLER}), Expect(
-            {t: (0.0, "*tampering detected: || *not graded: the kernel exited with code 0 in the t1 ") for t in TASKS})),
-        "leak_by_class_name": (notebook({"t1": LEAK_HIDDEN, **_with("t2", LEAK_BY_CLASS_NAME_WRAPPER)}), Expect(_full(
-            t2=(round(POINTS["t2"] * (CHECKS["t2"] - 1) / CHECKS["t2"], 4), "hidden check 1 of t2: failed (raised an exception)")))),
-        "thread_under_library_name": (notebook({"t1": WRONG_T1, **_with("t2", THREAD_UNDER_LIBRARY_NAME)}), Expect(
-            {"t1": (0.0, T1_WRONG), **{t: (0.0, THREAD) for t in TASKS[1:]}})),
-        "symlink_to_reference": (SYMLINK, Expect({t: (0.0, "the submission is a symbolic link: submit the notebook "
-                                                           "file itself") for t in TASKS})),
+        "timer_handler": (
+            notebook({"t1": WRONG_T1 + "\n" + TIMER_HANDLER}),
+            Expect(
+                {
+                    t: (0.0, "*tampering detected: || *not graded: the kernel exited with code 0 in the t1 ")
+                    for t in TASKS
+                }
+            ),
+        ),
+        "leak_by_class_name": (
+            notebook({"t1": LEAK_HIDDEN, **_with("t2", LEAK_BY_CLASS_NAME_WRAPPER)}),
+            Expect(
+                _full(
+                    t2=(
+                        round(POINTS["t2"] * (CHECKS["t2"] - 1) / CHECKS["t2"], 4),
+                        "hidden check 1 of t2: failed (raised an exception)",
+                    )
+                )
+            ),
+        ),
+        "thread_under_library_name": (
+            notebook({"t1": WRONG_T1, **_with("t2", THREAD_UNDER_LIBRARY_NAME)}),
+            Expect({"t1": (0.0, T1_WRONG), **{t: (0.0, THREAD) for t in TASKS[1:]}}),
+        ),
+        "symlink_to_reference": (
+            SYMLINK,
+            Expect({t: (0.0, "the submission is a symbolic link: submit the notebook file itself") for t in TASKS}),
+        ),
     }
 
 

@@ -4,7 +4,16 @@ The public names live in ``spec`` (``Case``, ``Check``, ``Task``, ``LabSpec``, `
 here, so lab and hidden-check cells write ``from torchcontracts.checks import Case, Check, compare``.
 """
 
-from torchcontracts.checks.spec import (Case, Check, CheckOutcome, Comparison, LabSpec, Task, compare, shares_storage,
-                                        short)
+from torchcontracts.checks.spec import (
+    Case,
+    Check,
+    CheckOutcome,
+    Comparison,
+    LabSpec,
+    Task,
+    compare,
+    shares_storage,
+    short,
+)
 
 __all__ = ["Case", "Check", "CheckOutcome", "Comparison", "LabSpec", "Task", "compare", "shares_storage", "short"]

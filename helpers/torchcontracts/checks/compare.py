@@ -14,6 +14,7 @@ import torch
 
 __all__ = ["Comparison", "compare", "shares_storage", "short"]
 
+
 @dataclasses.dataclass(frozen=True)
 class Comparison:
     """One row of feedback, in the spirit of Karpathy's ``cmp``: what differs, on one line.
@@ -33,11 +34,31 @@ class Comparison:
     got: str = ""
 
     @classmethod
-    def plain(cls, name: str, ok: bool, status: str, *, shape: str = "-", dtype: str = "-",
-              strides: str = "-", diff: float = math.nan, expected: Any = None, got: Any = None) -> "Comparison":
+    def plain(
+        cls,
+        name: str,
+        ok: bool,
+        status: str,
+        *,
+        shape: str = "-",
+        dtype: str = "-",
+        strides: str = "-",
+        diff: float = math.nan,
+        expected: Any = None,
+        got: Any = None,
+    ) -> "Comparison":
         """A row for an answer that is not a tensor (a bool, a count, a dict) or for a failure with no values."""
-        return cls(name, ok, shape, dtype, strides, diff, status,
-                   "" if expected is None else short(expected), "" if got is None else short(got))
+        return cls(
+            name,
+            ok,
+            shape,
+            dtype,
+            strides,
+            diff,
+            status,
+            "" if expected is None else short(expected),
+            "" if got is None else short(got),
+        )
 
     def detail(self) -> str:
         """``"expected X, got Y"`` when the row knows them, else ``""``."""
@@ -76,7 +97,7 @@ def short(x: Any, limit: int = MAX_SHOWN) -> str:
 def _values(t: torch.Tensor, start: int = 0, n: int = 6) -> str:
     """``[v0, v1, ...]`` of a tensor's values from flat index ``start``, 4 significant digits."""
     try:
-        flat = t.detach().reshape(-1)[start:start + n].cpu().tolist()
+        flat = t.detach().reshape(-1)[start : start + n].cpu().tolist()
     except Exception:  # a meta, sparse or otherwise unreadable tensor
         return f"a {str(t.dtype).replace('torch.', '')} tensor of shape {tuple(t.shape)}"
     if t.dim() == 0:
@@ -125,24 +146,49 @@ def compare(
     ``view_of`` demands a zero-copy answer: ``actual`` must share storage with it.
     """
     if not isinstance(actual, torch.Tensor):
-        return Comparison.plain(name, False,
-                                f"expected a torch.Tensor, got {type(actual).__name__}")
-    shape = _fmt(actual.shape) if actual.shape == expected.shape else \
-        f"{_fmt(actual.shape)} != {_fmt(expected.shape)}"
+        return Comparison.plain(name, False, f"expected a torch.Tensor, got {type(actual).__name__}")
+    shape = _fmt(actual.shape) if actual.shape == expected.shape else f"{_fmt(actual.shape)} != {_fmt(expected.shape)}"
     dtype = str(actual.dtype).replace("torch.", "")
     if actual.dtype != expected.dtype:
         dtype += f" != {str(expected.dtype).replace('torch.', '')}"
     strides = _fmt(actual.stride())
     if actual.shape != expected.shape:
-        return Comparison(name, False, shape, dtype, strides, math.nan, "wrong shape",
-                          f"shape {_fmt(expected.shape)}", f"shape {_fmt(actual.shape)}")
+        return Comparison(
+            name,
+            False,
+            shape,
+            dtype,
+            strides,
+            math.nan,
+            "wrong shape",
+            f"shape {_fmt(expected.shape)}",
+            f"shape {_fmt(actual.shape)}",
+        )
     if check_dtype and actual.dtype != expected.dtype:
-        return Comparison(name, False, shape, dtype, strides, math.nan, "wrong dtype",
-                          str(expected.dtype).replace("torch.", ""), str(actual.dtype).replace("torch.", ""))
+        return Comparison(
+            name,
+            False,
+            shape,
+            dtype,
+            strides,
+            math.nan,
+            "wrong dtype",
+            str(expected.dtype).replace("torch.", ""),
+            str(actual.dtype).replace("torch.", ""),
+        )
     if check_strides and actual.stride() != expected.stride():
         strides += f" != {_fmt(expected.stride())}"
-        return Comparison(name, False, shape, dtype, strides, math.nan, "wrong strides",
-                          f"strides {_fmt(expected.stride())}", f"strides {_fmt(actual.stride())}")
+        return Comparison(
+            name,
+            False,
+            shape,
+            dtype,
+            strides,
+            math.nan,
+            "wrong strides",
+            f"strides {_fmt(expected.stride())}",
+            f"strides {_fmt(actual.stride())}",
+        )
     if actual.device != expected.device:
         actual = actual.to(expected.device)
     try:

@@ -36,9 +36,11 @@ def _display_rows(rows: Sequence[Comparison]) -> None:
         get_ipython = None  # type: ignore[assignment]
     if get_ipython is not None and get_ipython() is not None:
         frame = pd.DataFrame([dataclasses.asdict(r) for r in rows]).rename(columns={"max_abs_diff": "max|diff|"})
-        display(frame.style.apply(
-            lambda row: ["background-color: #fdd" if not row["ok"] else "" for _ in row], axis=1
-        ).hide(axis="index"))
+        display(
+            frame.style.apply(
+                lambda row: ["background-color: #fdd" if not row["ok"] else "" for _ in row], axis=1
+            ).hide(axis="index")
+        )
     else:
         for r in rows:
             print("    " + r.line())

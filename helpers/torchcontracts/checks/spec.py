@@ -9,10 +9,8 @@ judges the saved outputs in its own, untouched process.
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any, Callable, Mapping, Sequence
 
-import torch
 
 from torchcontracts.checks.compare import Comparison, compare, shares_storage, short
 
@@ -103,11 +101,19 @@ class Check:
             try:
                 out = self.invoke(fn, case)
             except NotImplementedError:
-                return CheckOutcome(self.name, self.task, False,
-                                    f"`{target}` is not implemented yet: replace the `raise NotImplementedError`")
+                return CheckOutcome(
+                    self.name,
+                    self.task,
+                    False,
+                    f"`{target}` is not implemented yet: replace the `raise NotImplementedError`",
+                )
             except Exception as err:  # the learner's bug, reported in one line
-                return CheckOutcome(self.name, self.task, False,
-                                    f"`{target}` raised {type(err).__name__}: {str(err)[:160]} (case: {case.label})")
+                return CheckOutcome(
+                    self.name,
+                    self.task,
+                    False,
+                    f"`{target}` raised {type(err).__name__}: {str(err)[:160]} (case: {case.label})",
+                )
             rows.extend(_safe_judge(self.judge, case, out))
         return outcome_from_rows(self, rows)
 
@@ -116,8 +122,9 @@ def _safe_judge(judge: Judge, case: Case, out: Any) -> list[Comparison]:
     try:
         rows = list(judge(case, out))
     except Exception as err:  # a judge must never crash on an odd answer
-        rows = [Comparison.plain(case.label, False,
-                                 f"answer could not be judged: {type(err).__name__}: {str(err)[:120]}")]
+        rows = [
+            Comparison.plain(case.label, False, f"answer could not be judged: {type(err).__name__}: {str(err)[:120]}")
+        ]
     return [dataclasses.replace(r, name=f"{case.label}: {r.name}" if r.name else case.label) for r in rows]
 
 
@@ -163,11 +170,15 @@ class LabSpec:
         """``check`` with its target taken from its task; ValueError when the pair disagrees."""
         task = self.tasks.get(check.task)
         if task is None:
-            raise ValueError(f"{self.lab_id}: check {check.name!r} names unknown task {check.task!r} "
-                             f"(tasks: {', '.join(self.tasks) or 'none'})")
+            raise ValueError(
+                f"{self.lab_id}: check {check.name!r} names unknown task {check.task!r} "
+                f"(tasks: {', '.join(self.tasks) or 'none'})"
+            )
         if check.target and check.target != task.target:
-            raise ValueError(f"{self.lab_id}: check {check.name!r} targets `{check.target}`, but task "
-                             f"{task.id} asks for `{task.target}`: drop target, the task gives it")
+            raise ValueError(
+                f"{self.lab_id}: check {check.name!r} targets `{check.target}`, but task "
+                f"{task.id} asks for `{task.target}`: drop target, the task gives it"
+            )
         return check if check.target == task.target else dataclasses.replace(check, target=task.target)
 
     @property
@@ -183,8 +194,10 @@ class LabSpec:
         for task in self.tasks.values():
             if task.target == name or task.id == name:
                 return task
-        raise KeyError(f"{self.lab_id} has no task for `{name}`; tasks ask for: "
-                       + ", ".join(t.target for t in self.tasks.values()))
+        raise KeyError(
+            f"{self.lab_id} has no task for `{name}`; tasks ask for: "
+            + ", ".join(t.target for t in self.tasks.values())
+        )
 
     def add_hidden(self, *checks: Check) -> None:
         """Register hidden checks (called from the solution notebook's hidden cells)."""

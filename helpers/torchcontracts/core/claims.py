@@ -18,8 +18,17 @@ from typing import Literal
 
 import torch
 
-__all__ = ["Claim", "ClaimContradicted", "VERDICTS", "all_claims", "claim", "owned_by", "recorded", "seed_section",
-           "verdict"]
+__all__ = [
+    "Claim",
+    "ClaimContradicted",
+    "VERDICTS",
+    "all_claims",
+    "claim",
+    "owned_by",
+    "recorded",
+    "seed_section",
+    "verdict",
+]
 
 Verdict = Literal["true", "false", "partly", "outdated", "gpu-only"]
 VERDICTS: tuple[str, ...] = ("true", "false", "partly", "outdated", "gpu-only")
@@ -60,10 +69,21 @@ def all_claims() -> dict[str, Claim]:
     """Every claim in the course data, keyed by id (C001 ...)."""
     data = resources.files("torchcontracts").joinpath("data")
     rows = csv.DictReader(data.joinpath("claims.csv").read_text(encoding="utf-8").splitlines())
-    places = {r["id"]: r for r in csv.DictReader(data.joinpath("claim_places.csv").read_text(encoding="utf-8").splitlines())}
-    return {r["id"]: Claim(r["id"], r["topic"], r["seed_file"], r["claim_en"], r["claim_zh"],
-                           places.get(r["id"], {}).get("lesson", ""), places.get(r["id"], {}).get("section", ""))
-            for r in rows}
+    places = {
+        r["id"]: r for r in csv.DictReader(data.joinpath("claim_places.csv").read_text(encoding="utf-8").splitlines())
+    }
+    return {
+        r["id"]: Claim(
+            r["id"],
+            r["topic"],
+            r["seed_file"],
+            r["claim_en"],
+            r["claim_zh"],
+            places.get(r["id"], {}).get("lesson", ""),
+            places.get(r["id"], {}).get("section", ""),
+        )
+        for r in rows
+    }
 
 
 def owned_by(lesson: str) -> list[str]:
@@ -72,7 +92,9 @@ def owned_by(lesson: str) -> list[str]:
 
 
 _KEEP = re.compile(r"[0-9A-Za-z\u4e00-\u9fff]")
-_HEADING = re.compile(r"(?:^|(?<=[。！？\n]))[ \t]*([1-9]\d?(?:\.[1-9]\d?)*)\.?[ \t]*(?![\d%.~])(\S[^\n。！？]{0,60})", re.M)
+_HEADING = re.compile(
+    r"(?:^|(?<=[。！？\n]))[ \t]*([1-9]\d?(?:\.[1-9]\d?)*)\.?[ \t]*(?![\d%.~])(\S[^\n。！？]{0,60})", re.M
+)
 
 
 def seed_section(zh: str, text: str) -> str:
@@ -84,12 +106,13 @@ def seed_section(zh: str, text: str) -> str:
     """
     idx = [i for i, ch in enumerate(text) if _KEEP.match(ch)]
     flat = "".join(text[i] for i in idx)
-    fragments = sorted(("".join(ch for ch in f if _KEEP.match(ch)) for f in re.split(r"\.\.\.|…", zh)),
-                       key=len, reverse=True)
+    fragments = sorted(
+        ("".join(ch for ch in f if _KEEP.match(ch)) for f in re.split(r"\.\.\.|…", zh)), key=len, reverse=True
+    )
     for frag in fragments:
-        for size in (range(len(frag), 7, -4) if len(frag) >= 8 else [len(frag)] if frag else []):
+        for size in range(len(frag), 7, -4) if len(frag) >= 8 else [len(frag)] if frag else []:
             for start in range(0, len(frag) - size + 1, 2):
-                k = flat.find(frag[start:start + size])
+                k = flat.find(frag[start : start + size])
                 if k < 0:
                     continue
                 heads = [m for m in _HEADING.finditer(text) if m.start() <= idx[k]]

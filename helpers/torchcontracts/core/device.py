@@ -101,10 +101,19 @@ def _cuda_devices(problems: list[str]) -> list[DeviceReport]:
             major, minor = torch.cuda.get_device_capability(i)
             _smoke(dev)
             free, total = torch.cuda.mem_get_info(i)
-            rep = DeviceReport(name, "cuda", True, "kernel launched, allocated, synchronized",
-                               f"{major}.{minor}", free / 2**30, total / 2**30)
+            rep = DeviceReport(
+                name,
+                "cuda",
+                True,
+                "kernel launched, allocated, synchronized",
+                f"{major}.{minor}",
+                free / 2**30,
+                total / 2**30,
+            )
             if free / total < 0.1:
-                problems.append(f"cuda:{i} has only {free / 2**30:.1f} GiB free: close other GPU processes (nvidia-smi)")
+                problems.append(
+                    f"cuda:{i} has only {free / 2**30:.1f} GiB free: close other GPU processes (nvidia-smi)"
+                )
         except Exception as err:
             rep = DeviceReport(f"cuda:{i}", "cuda", False, _first_line(err))
             problems.append(f"cuda:{i} is reported available but a real kernel failed: {_first_line(err)}")
@@ -124,11 +133,15 @@ def nvidia_driver_present() -> bool:
 def wheel_warnings(cuda_build: bool, gpu_works: bool, driver: bool) -> list[str]:
     """A one-line warning when the torch build does not fit the machine, with the command that fixes it."""
     if cuda_build and not gpu_works and not driver:
-        return [f"this torch ({torch.__version__}) is a CUDA build, which brings gigabytes of CUDA libraries, but this "
-                f"machine has no NVIDIA GPU or driver: the CPU build is enough, in a fraction of the space: {CPU_WHEEL}"]
+        return [
+            f"this torch ({torch.__version__}) is a CUDA build, which brings gigabytes of CUDA libraries, but this "
+            f"machine has no NVIDIA GPU or driver: the CPU build is enough, in a fraction of the space: {CPU_WHEEL}"
+        ]
     if not cuda_build and driver and not getattr(torch.version, "hip", None):
-        return [f"this torch ({torch.__version__}) is a CPU build, but this machine has an NVIDIA driver: install a "
-                f"CUDA build to run the GPU cells (pick the CUDA version your driver supports): {CUDA_WHEEL}"]
+        return [
+            f"this torch ({torch.__version__}) is a CPU build, but this machine has an NVIDIA driver: install a "
+            f"CUDA build to run the GPU cells (pick the CUDA version your driver supports): {CUDA_WHEEL}"
+        ]
     return []
 
 
@@ -153,8 +166,10 @@ def kernel_warnings() -> list[str]:
         return []
     if found and not os.path.isabs(exe):  # a bare "python": fine when it is this one
         return []
-    return [f"Jupyter's python3 kernel runs {exe}{'' if found else ' (missing)'}, not this Python "
-            f"({sys.executable}), so notebooks would use another torch: {KERNEL_FIX}"]
+    return [
+        f"Jupyter's python3 kernel runs {exe}{'' if found else ' (missing)'}, not this Python "
+        f"({sys.executable}), so notebooks would use another torch: {KERNEL_FIX}"
+    ]
 
 
 KERNEL_FIX = "python -m ipykernel install --user --name python3"

@@ -124,8 +124,10 @@ class Timing:
     def __str__(self) -> str:
         if self.noisy:
             return f"{self.label}: {NOISY} ({self.why})"
-        return (f"{self.label}: median {_human(self.median_s)} (min {_human(self.min_s)}, "
-                f"IQR {_human(self.iqr_s)}, {self.runs} runs, {self.device})")
+        return (
+            f"{self.label}: median {_human(self.median_s)} (min {_human(self.min_s)}, "
+            f"IQR {_human(self.iqr_s)}, {self.runs} runs, {self.device})"
+        )
 
 
 def _human(seconds: float) -> str:
@@ -140,9 +142,15 @@ def _on_ticks(excess: Sequence[float]) -> bool:
     return any(all(round(e / q) >= 1 and abs(e - round(e / q) * q) <= 0.15 * q for e in excess) for q in TICKS_S)
 
 
-def assess(samples_s: Sequence[float], calls: int = 1, cpu_wall_ratio: float | None = None,
-           wait_ratio: float | None = None, pool_share: float = 0.0, device: str = "cpu",
-           others_ratio: float | None = None) -> str:
+def assess(
+    samples_s: Sequence[float],
+    calls: int = 1,
+    cpu_wall_ratio: float | None = None,
+    wait_ratio: float | None = None,
+    pool_share: float = 0.0,
+    device: str = "cpu",
+    others_ratio: float | None = None,
+) -> str:
     """Why per-call ``samples_s`` (one per block of ``calls`` calls, in order) can't be trusted, or "".
 
     ``wait_ratio``: seconds the process's threads waited for a CPU per wall second (None: unknown);
@@ -156,13 +164,16 @@ def assess(samples_s: Sequence[float], calls: int = 1, cpu_wall_ratio: float | N
     if device == "cpu":
         if wait_ratio is not None and wait_ratio > WAIT_MAX:
             hint = " (torch.set_num_threads(1) gives a steadier but different figure)" if pool_share > 0.1 else ""
-            why.append(f"threads waited for a free CPU for {wait_ratio:.2f}x the wall time: "
-                       f"another process is busy{hint}")
+            why.append(
+                f"threads waited for a free CPU for {wait_ratio:.2f}x the wall time: another process is busy{hint}"
+            )
         elif cpu_wall_ratio is not None and cpu_wall_ratio < CPU_MIN:  # descheduled, stolen by a hypervisor,
             why.append(f"the timing thread was on a CPU for only {cpu_wall_ratio:.0%} of the wall time")  # or fn blocks
         if others_ratio is not None and others_ratio > OTHERS_MAX and not why:
-            why.append(f"other processes kept {others_ratio:.2f} CPUs busy meanwhile: an op slows beside them "
-                       "even on a CPU of its own (shared cores, caches and clocks)")
+            why.append(
+                f"other processes kept {others_ratio:.2f} CPUs busy meanwhile: an op slows beside them "
+                "even on a CPU of its own (shared cores, caches and clocks)"
+            )
         fastest = min(samples_s) * calls
         excess = [s * calls - fastest for s in samples_s]
         stalled = [e for e in excess if e >= max(STALL_S, 0.5 * fastest)]
@@ -172,7 +183,7 @@ def assess(samples_s: Sequence[float], calls: int = 1, cpu_wall_ratio: float | N
     q1, med, q3 = statistics.quantiles(samples_s, n=4, method="inclusive")
     if med > 0 and (q3 - q1) / med > SPREAD_MAX:
         why.append(f"blocks spread {(q3 - q1) / med:.0%} (IQR/median)")
-    first, second = statistics.median(samples_s[: n // 2]), statistics.median(samples_s[n // 2:])
+    first, second = statistics.median(samples_s[: n // 2]), statistics.median(samples_s[n // 2 :])
     if min(first, second) > 0 and abs(first - second) / min(first, second) > DRIFT_MAX:
         why.append(f"the run's two halves differ by {abs(first - second) / min(first, second):.0%}")
     return "; ".join(why)
@@ -218,8 +229,9 @@ def _others(since: tuple[float, float, float | None]) -> float | None:
     return max(m1 - m0 - (_proc() - p0), 0.0) / wall
 
 
-def _measure_cpu(fn: Callable[..., Any], args: tuple[Any, ...],
-                 min_run_time: float) -> tuple[list[float], dict[str, Any]]:
+def _measure_cpu(
+    fn: Callable[..., Any], args: tuple[Any, ...], min_run_time: float
+) -> tuple[list[float], dict[str, Any]]:
     """Blocks of about ``BLOCK_S``, in rounds of ``min_run_time / 2``, until the last two rounds are clean."""
     calls = 1
     while True:  # calibrate the block size (and warm up)
@@ -237,18 +249,22 @@ def _measure_cpu(fn: Callable[..., Any], args: tuple[Any, ...],
         samples = [s for r in window for s in r.samples]
         wall, cpu = sum(r.wall for r in window), sum(r.cpu for r in window)
         waits = [r.waited for r in window]
-        judged = {"calls": calls, "cpu_wall_ratio": cpu / wall,
-                  "pool_share": (sum(r.proc for r in window) - cpu) / wall,  # torch's other threads at work
-                  "wait_ratio": None if None in waits else sum(w for w in waits if w is not None) / wall,
-                  "others_ratio": _others(since)}
+        judged = {
+            "calls": calls,
+            "cpu_wall_ratio": cpu / wall,
+            "pool_share": (sum(r.proc for r in window) - cpu) / wall,  # torch's other threads at work
+            "wait_ratio": None if None in waits else sum(w for w in waits if w is not None) / wall,
+            "others_ratio": _others(since),
+        }
         if not assess(samples, **judged) or _now() - start >= BUDGET * min_run_time:
             return samples, judged
 
 
 def _measure_timer(fn: Callable[..., Any], args: tuple[Any, ...], label: str, min_run_time: float) -> list[float]:
     """``torch.utils.benchmark`` synchronizes CUDA around each block; it repeats until IQR/median settles."""
-    timer = benchmark.Timer("fn(*args)", globals={"fn": fn, "args": args}, label=label,
-                            num_threads=torch.get_num_threads())
+    timer = benchmark.Timer(
+        "fn(*args)", globals={"fn": fn, "args": args}, label=label, num_threads=torch.get_num_threads()
+    )
     m = timer.adaptive_autorange(SPREAD_MAX, min_run_time=min_run_time, max_run_time=BUDGET * min_run_time)
     return list(m.times)
 
@@ -263,8 +279,9 @@ def _device_of(objs: Sequence[Any]) -> str:
     return "cpu"
 
 
-def time_fn(fn: Callable[..., Any], *args: Any, label: str | None = None, min_run_time: float = 0.2,
-            device: str | None = None) -> Timing:
+def time_fn(
+    fn: Callable[..., Any], *args: Any, label: str | None = None, min_run_time: float = 0.2, device: str | None = None
+) -> Timing:
     """Time ``fn(*args)``; a noisy machine gives a Timing whose ``str`` says so instead of a figure.
 
     The device is ``device``, else the first non-CPU tensor among ``args`` and the first result (so

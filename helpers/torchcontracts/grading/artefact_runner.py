@@ -103,11 +103,15 @@ def _run_pt2(d: Path, job: dict[str, Any], result: dict[str, Any]) -> None:
         result["error"] = f"it does not load with torch.export.load: {_line(err)}"
         return
     sig = ep.graph_signature
-    result["info"] = {"buffers": list(sig.buffers), "parameters": list(sig.parameters),
-                      "non_persistent_buffers": list(getattr(sig, "non_persistent_buffers", [])),
-                      "constants": list(getattr(sig, "lifted_tensor_constants", [])),
-                      "user_inputs": len(sig.user_inputs), "training_ops": _training_flags(ep.graph),
-                      "ops": sorted({str(n.target) for n in ep.graph.nodes if n.op == "call_function"})}
+    result["info"] = {
+        "buffers": list(sig.buffers),
+        "parameters": list(sig.parameters),
+        "non_persistent_buffers": list(getattr(sig, "non_persistent_buffers", [])),
+        "constants": list(getattr(sig, "lifted_tensor_constants", [])),
+        "user_inputs": len(sig.user_inputs),
+        "training_ops": _training_flags(ep.graph),
+        "ops": sorted({str(n.target) for n in ep.graph.nodes if n.op == "call_function"}),
+    }
     module = ep.module()
     for n, x in enumerate(_inputs(d, job["inputs"])):
         try:
@@ -160,13 +164,18 @@ def _run_onnx(d: Path, job: dict[str, Any], result: dict[str, Any]) -> None:
         result["error"] = f"it is not an ONNX model: {_line(err)}"
         return
     opset = max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=0)
-    result["info"] = {"opset": opset, "ops": sorted({n.op_type for n in model.graph.node}),
-                      "inputs": [i.name for i in model.graph.input],
-                      "outputs": [o.name for o in model.graph.output]}
+    result["info"] = {
+        "opset": opset,
+        "ops": sorted({n.op_type for n in model.graph.node}),
+        "inputs": [i.name for i in model.graph.input],
+        "outputs": [o.name for o in model.graph.output],
+    }
     external = _external(model)
     if external:
-        result["error"] = (f"it refers to external data ({len(external)} tensors, e.g. {external[0][:40]!r}): "
-                           "keep the weights inside the file (a small model needs no external data)")
+        result["error"] = (
+            f"it refers to external data ({len(external)} tensors, e.g. {external[0][:40]!r}): "
+            "keep the weights inside the file (a small model needs no external data)"
+        )
         return
     try:
         onnx.checker.check_model(model, full_check=True)
@@ -238,8 +247,14 @@ def _run_state_dict(d: Path, job: dict[str, Any], result: dict[str, Any]) -> Non
         if hasattr(value, "__tensor_flatten__"):
             names, _ = value.__tensor_flatten__()
             inner = [str(getattr(value, a).dtype).replace("torch.", "") for a in names]
-        weights.append({"key": key, "type": f"{type(value).__module__}.{type(value).__qualname__}",
-                        "dtype": str(value.dtype).replace("torch.", ""), "inner": inner})
+        weights.append(
+            {
+                "key": key,
+                "type": f"{type(value).__module__}.{type(value).__qualname__}",
+                "dtype": str(value.dtype).replace("torch.", ""),
+                "inner": inner,
+            }
+        )
     result["info"] = {"weights": weights}
     model.eval()
     for n, x in enumerate(_inputs(d, job["inputs"])):

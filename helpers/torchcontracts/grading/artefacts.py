@@ -93,8 +93,15 @@ def _failed(problem: str, how: str) -> Evaluation:
     return Evaluation((), (), {}, problem, how)
 
 
-def evaluate(kind: str, blob: Any, inputs: Sequence[torch.Tensor], *, arch: dict[str, Any] | None = None,
-             timeout: float = 90.0, mem_mb: int = 4096) -> Evaluation:
+def evaluate(
+    kind: str,
+    blob: Any,
+    inputs: Sequence[torch.Tensor],
+    *,
+    arch: dict[str, Any] | None = None,
+    timeout: float = 90.0,
+    mem_mb: int = 4096,
+) -> Evaluation:
     """Run an artefact on ``inputs`` in a separate, isolated process; never raises on a bad artefact."""
     how = isolation()
     if kind not in KINDS:
@@ -114,8 +121,9 @@ def evaluate(kind: str, blob: Any, inputs: Sequence[torch.Tensor], *, arch: dict
     return found
 
 
-def _run(kind: str, blob: bytes, inputs: Sequence[torch.Tensor], arch: Any, timeout: float, mem_mb: int,
-         how: str) -> Evaluation:
+def _run(
+    kind: str, blob: bytes, inputs: Sequence[torch.Tensor], arch: Any, timeout: float, mem_mb: int, how: str
+) -> Evaluation:
     served = how == "bwrap" and os.geteuid() == 0 and sys.platform == "linux"  # a uid per job: see the runner
     root = _server_scratch() if served else Path(tempfile.gettempdir())
     work = Path(tempfile.mkdtemp(prefix="tc-artefact-", dir=root))
@@ -125,12 +133,16 @@ def _run(kind: str, blob: bytes, inputs: Sequence[torch.Tensor], arch: Any, time
             np.save(work / f"in-{n}.npy", x.detach().contiguous().numpy(), allow_pickle=False)
             names.append(f"in-{n}.npy")
         (work / "artefact.bin").write_bytes(blob)
-        (work / "job.json").write_text(json.dumps({"kind": kind, "artefact": "artefact.bin", "inputs": names,
-                                                   "arch": arch}), encoding="utf-8")
+        (work / "job.json").write_text(
+            json.dumps({"kind": kind, "artefact": "artefact.bin", "inputs": names, "arch": arch}), encoding="utf-8"
+        )
         for path in work.iterdir():
             path.chmod(0o644)
-        uid = (ARTEFACT_UID + next(_JOBS) % 10_000) if served else (ARTEFACT_UID if how == "bwrap" and
-                                                                    os.geteuid() == 0 else -1)
+        uid = (
+            (ARTEFACT_UID + next(_JOBS) % 10_000)
+            if served
+            else (ARTEFACT_UID if how == "bwrap" and os.geteuid() == 0 else -1)
+        )
         if uid >= 0:
             os.chown(work, uid, uid)
         work.chmod(0o700)
@@ -156,8 +168,15 @@ def _one_shot(work: Path, uid: int, mem_mb: int, timeout: float, how: str) -> tu
     cmd = [sys.executable, "-I", "-m", RUNNER, "run", str(work), str(uid), str(mem_mb * 2**20)]
     if how == "bwrap":
         cmd = [*bwrap_argv(work, _COURSE, drop_uid=uid >= 0), *cmd]
-    proc = subprocess.Popen(cmd, cwd=str(work), env=_env(work), stdin=subprocess.DEVNULL,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    proc = subprocess.Popen(
+        cmd,
+        cwd=str(work),
+        env=_env(work),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     try:
         _, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -175,8 +194,15 @@ class _Server:
 
     def __init__(self, scratch: Path) -> None:
         cmd = [*bwrap_argv(scratch, _COURSE, drop_uid=True), sys.executable, "-I", "-m", RUNNER, "serve"]
-        self.proc = subprocess.Popen(cmd, cwd=str(scratch), env=_env(scratch), stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
+        self.proc = subprocess.Popen(
+            cmd,
+            cwd=str(scratch),
+            env=_env(scratch),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         self.ready = self._line(STARTUP_S) == "ready"
 
     def _line(self, timeout: float) -> str | None:
@@ -189,8 +215,9 @@ class _Server:
     def job(self, work: Path, uid: int, mem_mb: int, timeout: float) -> tuple[bool, int | None, bytes] | None:
         assert self.proc.stdin is not None
         try:
-            self.proc.stdin.write((json.dumps({"dir": str(work), "uid": uid, "mem": mem_mb * 2**20,
-                                               "timeout": timeout}) + "\n").encode())
+            self.proc.stdin.write(
+                (json.dumps({"dir": str(work), "uid": uid, "mem": mem_mb * 2**20, "timeout": timeout}) + "\n").encode()
+            )
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError):
             return None
@@ -272,8 +299,13 @@ def _collect(result: Any, work: Path, n_inputs: int, how: str) -> Evaluation:
     if result.get("error"):
         return Evaluation((), (), info, _text(result["error"]), how)
     counts, errors = result.get("outputs"), result.get("errors")
-    if (not isinstance(counts, list) or not isinstance(errors, list) or len(counts) != n_inputs
-            or len(errors) != n_inputs or not all(isinstance(c, int) and 0 <= c <= MAX_OUTPUTS for c in counts)):
+    if (
+        not isinstance(counts, list)
+        or not isinstance(errors, list)
+        or len(counts) != n_inputs
+        or len(errors) != n_inputs
+        or not all(isinstance(c, int) and 0 <= c <= MAX_OUTPUTS for c in counts)
+    ):
         return _failed("its loader wrote a result in the wrong format", how)
     outputs, total = [], 0
     for n, count in enumerate(counts):

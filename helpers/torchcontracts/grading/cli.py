@@ -21,7 +21,13 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from torchcontracts.grading.forkserver import zygote
 from torchcontracts.grading.sandbox import MODES, choose_mode
-from torchcontracts.grading.submission import GradeSetupError, SubmissionError, course_labs, identify_lab, read_submission
+from torchcontracts.grading.submission import (
+    GradeSetupError,
+    SubmissionError,
+    course_labs,
+    identify_lab,
+    read_submission,
+)
 
 if TYPE_CHECKING:
     from torchcontracts.grading.results import GradeOptions, GradeResult
@@ -30,8 +36,9 @@ __all__ = ["cli_main", "grade_many"]
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="torchcontracts grade",
-                                description="Grade lab notebooks: one file, or a folder into a gradebook.")
+    p = argparse.ArgumentParser(
+        prog="torchcontracts grade", description="Grade lab notebooks: one file, or a folder into a gradebook."
+    )
     p.add_argument("path", type=Path, help="a submitted .ipynb, or a folder of them")
     p.add_argument("--course", type=Path, help="course root (holds labs/ and solutions/); default: found upwards")
     p.add_argument("--lab", help="the lab every submission must be: any other lab is refused (recommended)")
@@ -39,16 +46,24 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--gradescope", type=Path, metavar="RESULTS_JSON", help="write Gradescope's results.json")
     p.add_argument("--out", type=Path, default=Path("gradebook.csv"), help="gradebook CSV (folder mode)")
     p.add_argument("-j", "--jobs", type=int, default=1, help="submissions graded in parallel (folder mode)")
-    p.add_argument("--sandbox", choices=MODES, default="auto",
-                   help="bwrap: run kernels in a bubblewrap sandbox; none: no OS sandbox; auto (default): bwrap if it works here")
+    p.add_argument(
+        "--sandbox",
+        choices=MODES,
+        default="auto",
+        help="bwrap: run kernels in a bubblewrap sandbox; none: no OS sandbox; auto (default): bwrap if it works here",
+    )
     p.add_argument("--cell-timeout", type=float, default=30.0, help="seconds per cell (default 30)")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds per submission (default 300)")
     p.add_argument("--mem-mb", type=int, default=4096, help="data-segment limit of the kernel in MB (default 4096)")
     p.add_argument("--seed", type=int, help="case seed (default: a fresh random seed per submission)")
-    p.add_argument("--public-only", action="store_true",
-                   help="grade public checks only (for a student copy without solutions/)")
-    p.add_argument("--no-fork-server", action="store_true",
-                   help="start every kernel from scratch (slower; the default forks them from one warm process)")
+    p.add_argument(
+        "--public-only", action="store_true", help="grade public checks only (for a student copy without solutions/)"
+    )
+    p.add_argument(
+        "--no-fork-server",
+        action="store_true",
+        help="start every kernel from scratch (slower; the default forks them from one warm process)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p
 
@@ -119,7 +134,9 @@ def _folder(args: argparse.Namespace, opts: "GradeOptions", root: Path) -> int:
     seen = collections.Counter(lab for lab in labs.values() if lab)
     lab = opts.lab or (seen.most_common(1)[0][0] if seen else None)
     if lab is None:
-        print(f"grade: no notebook in {args.path} names a lab of this course ({', '.join(course_labs(root))}); pass --lab")
+        print(
+            f"grade: no notebook in {args.path} names a lab of this course ({', '.join(course_labs(root))}); pass --lab"
+        )
         return 1
     spec = lab_spec(root, lab, public_only=opts.public_only)  # fail fast on a course problem
     jobs = max(1, args.jobs)
@@ -134,11 +151,15 @@ def _folder(args: argparse.Namespace, opts: "GradeOptions", root: Path) -> int:
     else:
         with_problems = sum(bool(r.problems) for r in results)
         print(frame.drop(columns=["seed", "seconds", "problems"]).to_string(index=False))
-        print(f"grade: {len(results)} submissions of {lab} in {time.monotonic() - t0:.1f} s with -j {jobs} "
-              f"(sandbox: {opts.sandbox}); {with_problems} with problems; wrote {args.out}")
+        print(
+            f"grade: {len(results)} submissions of {lab} in {time.monotonic() - t0:.1f} s with -j {jobs} "
+            f"(sandbox: {opts.sandbox}); {with_problems} with problems; wrote {args.out}"
+        )
         if odd:
-            print(f"grade: {len(odd)} notebooks are another lab and scored 0 (the gradebook's problems column "
-                  f"says which): {', '.join(odd[:5])}{' ...' if len(odd) > 5 else ''}")
+            print(
+                f"grade: {len(odd)} notebooks are another lab and scored 0 (the gradebook's problems column "
+                f"says which): {', '.join(odd[:5])}{' ...' if len(odd) > 5 else ''}"
+            )
     return 0 if any(graded(r) for r in results) else 1
 
 
@@ -195,9 +216,18 @@ def cli_main(argv: list[str] | Sequence[str]) -> int:
     from torchcontracts.grading.report import gradescope, render, to_json
     from torchcontracts.grading.run import GradeOptions
 
-    opts = GradeOptions(course=root, lab=args.lab, cell_timeout=args.cell_timeout, total_timeout=args.timeout,
-                        mem_mb=args.mem_mb, seed=args.seed, public_only=args.public_only,
-                        fork_server=not args.no_fork_server, threads=max(1, os.cpu_count() or 1), sandbox=sandbox)
+    opts = GradeOptions(
+        course=root,
+        lab=args.lab,
+        cell_timeout=args.cell_timeout,
+        total_timeout=args.timeout,
+        mem_mb=args.mem_mb,
+        seed=args.seed,
+        public_only=args.public_only,
+        fork_server=not args.no_fork_server,
+        threads=max(1, os.cpu_count() or 1),
+        sandbox=sandbox,
+    )
     try:
         if args.lab and args.lab not in course_labs(root):
             print(f"grade: unknown lab {args.lab!r}: this course has {', '.join(course_labs(root)) or 'no labs'}")
@@ -210,8 +240,11 @@ def cli_main(argv: list[str] | Sequence[str]) -> int:
         if not args.path.exists() and not args.gradescope:
             print(f"grade: {args.path} does not exist")
             return 2
-        result = _worker(args.path, opts) if args.path.exists() else _refused(
-            args.path, opts, f"the file {args.path.name} does not exist: check the submission's path")
+        result = (
+            _worker(args.path, opts)
+            if args.path.exists()
+            else _refused(args.path, opts, f"the file {args.path.name} does not exist: check the submission's path")
+        )
     except GradeSetupError as err:
         print(f"grade: {err}")
         return 2

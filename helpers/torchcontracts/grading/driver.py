@@ -49,9 +49,23 @@ __all__ = ["drive", "seal", "start"]
 _STATE: dict[str, Any] = {}
 _PLAIN = (bool, int, float, complex, str, bytes, type(None))
 # bound at import, before any learner code
-_fork, _exit, _kill, _killpg, _waitpid, _getpid, _getppid = os.fork, os._exit, os.kill, os.killpg, os.waitpid, os.getpid, os.getppid
+_fork, _exit, _kill, _killpg, _waitpid, _getpid, _getppid = (
+    os.fork,
+    os._exit,
+    os.kill,
+    os.killpg,
+    os.waitpid,
+    os.getpid,
+    os.getppid,
+)
 _open, _write, _close, _rename, _setpgid, _listdir = os.open, os.write, os.close, os.rename, os.setpgid, os.listdir
-_gettrace, _getprofile, _settrace, _setprofile, _frames = sys.gettrace, sys.getprofile, sys.settrace, sys.setprofile, sys._current_frames
+_gettrace, _getprofile, _settrace, _setprofile, _frames = (
+    sys.gettrace,
+    sys.getprofile,
+    sys.settrace,
+    sys.setprofile,
+    sys._current_frames,
+)
 _gc_disable, _gc_callbacks = gc.disable, gc.callbacks
 _isinstance, _type, _str, _len, _BytesIO, _b64decode = isinstance, type, str, len, io.BytesIO, base64.b64decode
 _SIGSTOP = signal.SIGSTOP
@@ -83,12 +97,21 @@ def start(io_dir: str, labchecks: str, threads: int, forbidden: str, uid_isolate
             known.add(getattr(importlib.import_module(module), name))
         except (ImportError, AttributeError):
             pass
-    _STATE.update(io=io_dir, labchecks=labchecks, modules=modules, uid_isolated=uid_isolated,
-                  thread_classes=known - {threading.Thread}, signals=_signal_state(),
-                  threads=set(_frames()), torch=torch, lc=sys.modules[labchecks])
+    _STATE.update(
+        io=io_dir,
+        labchecks=labchecks,
+        modules=modules,
+        uid_isolated=uid_isolated,
+        thread_classes=known - {threading.Thread},
+        signals=_signal_state(),
+        threads=set(_frames()),
+        torch=torch,
+        lc=sys.modules[labchecks],
+    )
     if forbidden:
-        _STATE["tripwire"] = _guard(forbidden, os.open(str(Path(io_dir) / "guard.log"),
-                                                       os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
+        _STATE["tripwire"] = _guard(
+            forbidden, os.open(str(Path(io_dir) / "guard.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        )
     base = watch.fingerprints(_watched(), keep=True)
     (Path(io_dir) / BASELINE).write_text(json.dumps(base), encoding="utf-8")
 
@@ -108,8 +131,23 @@ def _guard(forbidden: str, report: int) -> Any:
     """
     realpath, fsdecode, write, sep = os.path.realpath, os.fsdecode, os.write, os.sep  # bound before learner code
     root = realpath(forbidden)
-    events = frozenset({"open", "os.listdir", "os.scandir", "os.symlink", "os.link", "os.rename", "shutil.copyfile",
-              "shutil.copytree", "os.chdir", "glob.glob", "subprocess.Popen", "os.exec", "os.posix_spawn"})
+    events = frozenset(
+        {
+            "open",
+            "os.listdir",
+            "os.scandir",
+            "os.symlink",
+            "os.link",
+            "os.rename",
+            "shutil.copyfile",
+            "shutil.copytree",
+            "os.chdir",
+            "glob.glob",
+            "subprocess.Popen",
+            "os.exec",
+            "os.posix_spawn",
+        }
+    )
     busy: set[int] = set()  # threads inside a hook call right now (an open() inside the hook must not recurse)
     ident = threading.get_ident
 
@@ -119,7 +157,7 @@ def _guard(forbidden: str, report: int) -> Any:
             return
         busy.add(me)
         try:
-            for arg in (args[:2] if event not in ("subprocess.Popen", "os.exec", "os.posix_spawn") else args[1:2]):
+            for arg in args[:2] if event not in ("subprocess.Popen", "os.exec", "os.posix_spawn") else args[1:2]:
                 texts = arg if _isinstance(arg, (list, tuple)) else [arg]
                 for text in texts:
                     if not _isinstance(text, (str, bytes, os.PathLike)):
@@ -127,8 +165,12 @@ def _guard(forbidden: str, report: int) -> Any:
                     text = fsdecode(text)
                     path = realpath(text) if event not in ("subprocess.Popen", "os.exec", "os.posix_spawn") else text
                     parts = path.replace("\\", "/").split("/")
-                    if path == root or path.startswith(root + sep) or "solutions" in parts or (
-                            event != "open" and "solutions" in path):
+                    if (
+                        path == root
+                        or path.startswith(root + sep)
+                        or "solutions" in parts
+                        or (event != "open" and "solutions" in path)
+                    ):
                         try:
                             write(report, f"{event}\n".encode())
                         except OSError:
@@ -158,7 +200,9 @@ def _unsupported(value: Any, depth: int = 0) -> str:
     return f"a {_type(value).__module__}.{_type(value).__qualname__}"
 
 
-_BUILTIN_ERRORS = frozenset(n for n, v in vars(builtins).items() if isinstance(v, type) and issubclass(v, BaseException))
+_BUILTIN_ERRORS = frozenset(
+    n for n, v in vars(builtins).items() if isinstance(v, type) and issubclass(v, BaseException)
+)
 
 
 def _storage_bytes(value: Any, depth: int = 0) -> int:
@@ -177,8 +221,11 @@ def _error(err: BaseException) -> dict[str, str]:
     text = _str(err).strip().splitlines()[0] if _str(err).strip() else ""
     name = _type(err).__name__
     known = name in _BUILTIN_ERRORS and _type(err).__module__ == "builtins"
-    return {"error": name[:80] if name.isidentifier() else "an exception", "msg": text[:200],
-            "builtin": "1" if known else ""}
+    return {
+        "error": name[:80] if name.isidentifier() else "an exception",
+        "msg": text[:200],
+        "builtin": "1" if known else "",
+    }
 
 
 class _Pickler(pickle.Pickler):
@@ -187,9 +234,16 @@ class _Pickler(pickle.Pickler):
     dispatch_table: dict[Any, Any] = {}
 
 
-_PICKLE = types.SimpleNamespace(Pickler=_Pickler, Unpickler=pickle.Unpickler, HIGHEST_PROTOCOL=pickle.HIGHEST_PROTOCOL,
-                                load=pickle.load, dump=pickle.dump, loads=pickle.loads, dumps=pickle.dumps,
-                                __name__="pickle")
+_PICKLE = types.SimpleNamespace(
+    Pickler=_Pickler,
+    Unpickler=pickle.Unpickler,
+    HIGHEST_PROTOCOL=pickle.HIGHEST_PROTOCOL,
+    load=pickle.load,
+    dump=pickle.dump,
+    loads=pickle.loads,
+    dumps=pickle.dumps,
+    __name__="pickle",
+)
 _REGISTRY: list[Any] = list(_REGISTRY_AT_IMPORT)  # torch's storage taggers as the fork server found them
 _gc_enable, _gc_isenabled = gc.enable, gc.isenabled
 
@@ -376,7 +430,7 @@ def seal(token: str, blobs: list[tuple[str, bytes]], notes: list[str]) -> None:
             fd = _open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
             view = memoryview(data)
             while view:
-                view = view[_write(fd, view):]
+                view = view[_write(fd, view) :]
             _close(fd)
             _rename(part, final)
             code = 0

@@ -31,8 +31,7 @@ SAFE_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "OPENBLAS_CORETYPE", "OP
 def clean_env(**extra: str) -> dict[str, str]:
     """A whitelisted environment: nothing secret of the grader's can leak into learner code."""
     env = {k: os.environ[k] for k in SAFE_ENV if k in os.environ}
-    env.update(PYTHONDONTWRITEBYTECODE="1", PYTHONNOUSERSITE="1", MPLBACKEND="Agg",
-               PYDEVD_DISABLE_FILE_VALIDATION="1")
+    env.update(PYTHONDONTWRITEBYTECODE="1", PYTHONNOUSERSITE="1", MPLBACKEND="Agg", PYDEVD_DISABLE_FILE_VALIDATION="1")
     env.update(extra)
     return env
 
@@ -69,8 +68,15 @@ class Zygote:
         cmd = [sys.executable, "-m", "torchcontracts.grading.boot", "serve"]
         if sandbox == "bwrap":
             cmd = [*bwrap_argv(scratch_root(), course, drop_uid=self.uid_isolated), *cmd]
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                     start_new_session=True, env=clean_env(), cwd=str(scratch_root()))
+        self.proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            env=clean_env(),
+            cwd=str(scratch_root()),
+        )
         self.exits: dict[int, int] = {}
         self._answers: dict[int, dict[str, Any]] = {}
         self._next = 0
@@ -116,7 +122,10 @@ class Zygote:
             rid = self._next
         self._send({**req, "id": rid})
         with self._cond:
-            if not self._cond.wait_for(lambda: rid in self._answers or not self.alive, timeout) or rid not in self._answers:
+            if (
+                not self._cond.wait_for(lambda: rid in self._answers or not self.alive, timeout)
+                or rid not in self._answers
+            ):
                 raise RuntimeError("the kernel fork server did not answer")
             return self._answers.pop(rid)
 

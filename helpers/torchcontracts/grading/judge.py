@@ -27,9 +27,20 @@ MAX_UNPACKED_BYTES = 256 * 2**20  # what one saved answer may declare it unpacks
 MAX_ZIP_ENTRIES = 10_000
 _LIBRARIES = frozenset({"numpy", "torch", "builtins", "collections", "decimal", "fractions", "array", "pandas"})
 _PATH = re.compile(r"(?:[A-Za-z]:)?(?:[/\\][\w.\-~+@]+){2,}[/\\]?")
-_GENERIC = ("values differ", "wrong shape", "wrong dtype", "wrong strides", "wrong length", "contains NaN",
-            "values right, but it is a copy", "expected a bool", "expected a tuple", "expected a torch.Tensor",
-            "answered", "changed its input in place")
+_GENERIC = (
+    "values differ",
+    "wrong shape",
+    "wrong dtype",
+    "wrong strides",
+    "wrong length",
+    "contains NaN",
+    "values right, but it is a copy",
+    "expected a bool",
+    "expected a tuple",
+    "expected a torch.Tensor",
+    "answered",
+    "changed its input in place",
+)
 
 
 def same_inputs(a: Any, b: Any) -> bool:
@@ -82,7 +93,7 @@ def _generic(status: str) -> str:
         if status.startswith(known):
             return "wrong answer" if known == "answered" else known
     if status.startswith("returned a "):  # a type the submission defined could be named after a hidden input
-        module = status[len("returned a "):].split(".")[0]
+        module = status[len("returned a ") :].split(".")[0]
         return status.split(":")[0] if module in _LIBRARIES else "returned an unsupported type"
     if status.startswith(("not implemented", "ran out of memory", "raised ")):
         return status.split(":")[0].split(" (")[0][:80]
@@ -107,8 +118,11 @@ def _zip_ok(blob: bytes) -> bool:
             infos = zf.infolist()
     except (zipfile.BadZipFile, ValueError, OSError):
         return False
-    return (len(infos) <= MAX_ZIP_ENTRIES and sum(i.file_size for i in infos) <= MAX_UNPACKED_BYTES
-            and all(i.compress_type == zipfile.ZIP_STORED for i in infos))
+    return (
+        len(infos) <= MAX_ZIP_ENTRIES
+        and sum(i.file_size for i in infos) <= MAX_UNPACKED_BYTES
+        and all(i.compress_type == zipfile.ZIP_STORED for i in infos)
+    )
 
 
 def _load(blob: bytes | None) -> tuple[dict[str, Any] | None, str]:
@@ -130,8 +144,9 @@ def _load(blob: bytes | None) -> tuple[dict[str, Any] | None, str]:
 def judge_check(check: Check, idx: int, cases: list[Case], saved: Mapping[str, bytes], mem_mb: int) -> CheckOutcome:
     """Judge one check from the saved case files (name -> bytes); reasons of hidden checks stay generic."""
     if f"{idx}.missing" in saved:
-        return CheckOutcome(check.name, check.task, False,
-                            f"`{check.target}` is not defined: keep the function name the task asks for")
+        return CheckOutcome(
+            check.name, check.task, False, f"`{check.target}` is not defined: keep the function name the task asks for"
+        )
     rows: list[Comparison] = []
     for n, case in enumerate(cases):
         record, problem = _load(saved.get(f"{idx}-{n}.pt"))

@@ -59,11 +59,11 @@ def describe_exit(code: int | None) -> str:
             name = signal.Signals(-code).name
         except ValueError:
             name = f"signal {-code}"
-        what = {"SIGSEGV": "segmentation fault", "SIGKILL": "killed", "SIGABRT": "aborted",
-                "SIGBUS": "bus error"}.get(name, "killed by a signal")
+        what = {"SIGSEGV": "segmentation fault", "SIGKILL": "killed", "SIGABRT": "aborted", "SIGBUS": "bus error"}.get(
+            name, "killed by a signal"
+        )
         return f"the kernel died ({what}, {name})"
     return f"the kernel exited with code {code}"
-
 
 
 class _PlainKernel:
@@ -72,9 +72,14 @@ class _PlainKernel:
     def __init__(self, req: dict[str, Any]):
         self.uid = None
         self._log = open(req["log"], "ab")  # noqa: SIM115 - closed when the kernel is shut down
-        self.proc = subprocess.Popen([sys.executable, "-m", "torchcontracts.grading.boot", "kernel", json.dumps(req)],
-                                     cwd=req["cwd"], env=req["env"], stdin=subprocess.DEVNULL, stdout=self._log,
-                                     stderr=self._log)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "torchcontracts.grading.boot", "kernel", json.dumps(req)],
+            cwd=req["cwd"],
+            env=req["env"],
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=self._log,
+        )
         self.pid = self.proc.pid
 
     def poll(self) -> int | None:
@@ -121,9 +126,19 @@ class _PlainKernel:
 class GradingKernel:
     """One ipykernel process for one submission; every call returns, whatever the code does."""
 
-    def __init__(self, workdir: Path, *, course: Path, sandbox: str = "none", uid: int | None = None,
-                 mem_mb: int = 4096, fsize_mb: int = 1024, threads: int = 1, startup_timeout: float = 60.0,
-                 fork: bool = True):
+    def __init__(
+        self,
+        workdir: Path,
+        *,
+        course: Path,
+        sandbox: str = "none",
+        uid: int | None = None,
+        mem_mb: int = 4096,
+        fsize_mb: int = 1024,
+        threads: int = 1,
+        startup_timeout: float = 60.0,
+        fork: bool = True,
+    ):
         self.workdir = workdir
         workdir.mkdir(parents=True, exist_ok=True)
         workdir.chmod(0o700)
@@ -139,13 +154,31 @@ class GradingKernel:
             write_connection_file(self.conn_file, ip="127.0.0.1")
         if uid is not None:
             os.chown(self.conn_file, uid, uid)
-        env = clean_env(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), HOME=str(workdir),
-                        IPYTHONDIR=str(workdir / ".ipython"), MPLCONFIGDIR=str(workdir / ".mpl"),
-                        TMPDIR=str(workdir), JPY_PARENT_PID=str(os.getpid()))
-        argv = ["-f", self.conn_file, "--IPKernelApp.log_level=CRITICAL", "--HistoryManager.enabled=False",
-                "--IPKernelApp.ignore_cwd=True"]  # files the learner writes can never shadow an import
-        req = {"argv": argv, "cwd": str(workdir), "env": env, "log": str(workdir.parent / f"{workdir.name}.log"),
-               "mem": mem_mb * 2**20, "fsize": fsize_mb * 2**20, "uid": uid}
+        env = clean_env(
+            OMP_NUM_THREADS=str(threads),
+            MKL_NUM_THREADS=str(threads),
+            HOME=str(workdir),
+            IPYTHONDIR=str(workdir / ".ipython"),
+            MPLCONFIGDIR=str(workdir / ".mpl"),
+            TMPDIR=str(workdir),
+            JPY_PARENT_PID=str(os.getpid()),
+        )
+        argv = [
+            "-f",
+            self.conn_file,
+            "--IPKernelApp.log_level=CRITICAL",
+            "--HistoryManager.enabled=False",
+            "--IPKernelApp.ignore_cwd=True",
+        ]  # files the learner writes can never shadow an import
+        req = {
+            "argv": argv,
+            "cwd": str(workdir),
+            "env": env,
+            "log": str(workdir.parent / f"{workdir.name}.log"),
+            "mem": mem_mb * 2**20,
+            "fsize": fsize_mb * 2**20,
+            "uid": uid,
+        }
         self.server: Zygote | None = None
         self.private = False
         self.proc: Any
@@ -261,8 +294,9 @@ class GradingKernel:
             elif kind == "status" and content.get("execution_state") == "idle":
                 self._take_seal()
                 status = "error" if ename else "ok"
-                return CellRun(status, ename, evalue.splitlines()[0] if evalue else "",
-                               output="".join(out), truncated=truncated)
+                return CellRun(
+                    status, ename, evalue.splitlines()[0] if evalue else "", output="".join(out), truncated=truncated
+                )
 
     def _interrupt_or_kill(self, msg_id: str) -> None:
         self._group("cont")  # a stopped submission cannot take an interrupt

@@ -25,7 +25,6 @@ from torchcontracts.grading.submission import GradeSetupError
 __all__ = ["Plan", "Step", "lab_spec", "plan_run"]
 
 
-
 @dataclasses.dataclass(frozen=True)
 class Step:
     """One cell of the graded run: course code, a learner cell, or the driver of a task's checks."""
@@ -72,16 +71,20 @@ def lab_spec(root: Path, lab: str, *, public_only: bool = False) -> LabSpec:
     except KeyError as err:
         raise GradeSetupError(f"no checks for {lab}: {err.args[0]}") from None
     except (ImportError, AttributeError) as err:
-        raise GradeSetupError(f"no checks for {lab}: {module_name(lab)} with `lab = LabSpec(...)` "
-                              f"could not be loaded ({type(err).__name__}: {err})") from None
+        raise GradeSetupError(
+            f"no checks for {lab}: {module_name(lab)} with `lab = LabSpec(...)` "
+            f"could not be loaded ({type(err).__name__}: {err})"
+        ) from None
     spec = copy.copy(base)
     # Hidden checks come from solutions/ only, never from whatever the module object holds now.
     spec.tasks, spec.checks = dict(base.tasks), [c for c in base.checks if not c.hidden]
     if not public_only:
         sources = _hidden_sources(root, lab)
         if not (root / "solutions" / f"{lab}.ipynb").exists():
-            raise GradeSetupError(f"hidden checks unavailable: grading needs solutions/{lab}.ipynb "
-                                  "(or pass --public-only to grade the public checks only)")
+            raise GradeSetupError(
+                f"hidden checks unavailable: grading needs solutions/{lab}.ipynb "
+                "(or pass --public-only to grade the public checks only)"
+            )
         _register_hidden(spec, sources, lab)
     for check in spec.checks:
         _validate(check, module.__name__, module)
@@ -95,14 +98,17 @@ def _register_hidden(spec: LabSpec, sources: tuple[str, ...], lab: str) -> None:
         try:
             exec(compile(src, f"<hidden checks {n + 1} of {lab}>", "exec"), namespace)  # noqa: S102
         except Exception as err:  # noqa: BLE001 - a broken course cell, said in one line
-            raise GradeSetupError(f"solutions/{lab}.ipynb: hidden-check cell {n + 1} failed: "
-                                  f"{type(err).__name__}: {err}") from None
+            raise GradeSetupError(
+                f"solutions/{lab}.ipynb: hidden-check cell {n + 1} failed: {type(err).__name__}: {err}"
+            ) from None
 
 
 def _validate(check: Check, module_name: str, module: object) -> None:
     if check.call is not None and getattr(module, getattr(check.call, "__name__", ""), None) is not check.call:
-        raise GradeSetupError(f"check {check.name!r}: `call` must be a module-level function of {module_name} "
-                              "(the grader imports it by name in the learner's kernel)")
+        raise GradeSetupError(
+            f"check {check.name!r}: `call` must be a module-level function of {module_name} "
+            "(the grader imports it by name in the learner's kernel)"
+        )
 
 
 def _is_check_cell(source: str) -> bool:

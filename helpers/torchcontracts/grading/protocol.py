@@ -10,8 +10,18 @@ import json
 import struct
 from typing import Any
 
-__all__ = ["BASELINE", "DRIVER_MODULE", "MAX_RECORD_BYTES", "MAX_SEALED_BYTES", "MAX_SEALED_FILES", "SEAL_MAGIC",
-           "driver_call", "pack_sealed", "sealed_name", "unpack_sealed"]
+__all__ = [
+    "BASELINE",
+    "DRIVER_MODULE",
+    "MAX_RECORD_BYTES",
+    "MAX_SEALED_BYTES",
+    "MAX_SEALED_FILES",
+    "SEAL_MAGIC",
+    "driver_call",
+    "pack_sealed",
+    "sealed_name",
+    "unpack_sealed",
+]
 
 DRIVER_MODULE = "torchcontracts.grading.driver"  # imported by the fork server before any learner code
 BASELINE = "baseline.json"  # the identity snapshot taken before any learner code; read before the first learner cell
@@ -50,11 +60,11 @@ def unpack_sealed(data: bytes) -> tuple[dict[str, Any], dict[str, bytes]]:
     if len(data) > MAX_SEALED_BYTES or not data.startswith(SEAL_MAGIC):
         raise ValueError("not a sealed step")
     at = len(SEAL_MAGIC)
-    (size,) = struct.unpack("<Q", data[at:at + 8])
+    (size,) = struct.unpack("<Q", data[at : at + 8])
     at += 8
     if size > 16 * 2**20:
         raise ValueError("header too large")
-    header = json.loads(data[at:at + size])
+    header = json.loads(data[at : at + size])
     at += size
     files = header.get("files") if isinstance(header, dict) else None
     if not isinstance(files, list) or len(files) > MAX_SEALED_FILES:
@@ -64,7 +74,7 @@ def unpack_sealed(data: bytes) -> tuple[dict[str, Any], dict[str, bytes]]:
         name, length = entry
         if not isinstance(name, str) or not isinstance(length, int) or length < 0 or length > MAX_RECORD_BYTES:
             raise ValueError("bad entry")
-        blobs[name] = data[at:at + length]
+        blobs[name] = data[at : at + length]
         at += length
     if at != len(data):
         raise ValueError("trailing bytes")

@@ -18,8 +18,10 @@ def _pts(x: float) -> str:
 def render(result: GradeResult) -> str:
     """A few lines for the terminal: the total, one line per task, the problems."""
     name = Path(result.submission).name
-    lines = [f"{name}: {result.lab or 'unknown lab'}: {_pts(result.score)}/{_pts(result.max_score)} points"
-             f"  (seed {result.seed}, {result.seconds:.1f} s, sandbox {result.sandbox})"]
+    lines = [
+        f"{name}: {result.lab or 'unknown lab'}: {_pts(result.score)}/{_pts(result.max_score)} points"
+        f"  (seed {result.seed}, {result.seconds:.1f} s, sandbox {result.sandbox})"
+    ]
     for task in result.tasks:
         lines.append(f"  {task.id} {_pts(task.score):>5}/{_pts(task.max_score):<3} {task.title}: {task.reason}")
         for check in task.checks:
@@ -27,8 +29,10 @@ def render(result: GradeResult) -> str:
     for problem in result.problems:
         lines.append(f"  problem: {problem}")
     if result.sandbox == "none":
-        lines.append("  note: graded without an OS sandbox (--sandbox none): learner code could read what this user "
-                     "can read and reach the network; README, 'The sandbox', lists what that leaves open")
+        lines.append(
+            "  note: graded without an OS sandbox (--sandbox none): learner code could read what this user "
+            "can read and reach the network; README, 'The sandbox', lists what that leaves open"
+        )
     return "\n".join(lines)
 
 
@@ -41,14 +45,30 @@ def gradescope(result: GradeResult) -> dict[str, Any]:
     tests = []
     for task in result.tasks:
         if not task.checks:
-            tests.append({"name": f"{task.id} {task.title}", "score": task.score, "max_score": task.max_score,
-                          "visibility": "visible", "output": task.reason})
+            tests.append(
+                {
+                    "name": f"{task.id} {task.title}",
+                    "score": task.score,
+                    "max_score": task.max_score,
+                    "visibility": "visible",
+                    "output": task.reason,
+                }
+            )
         for check in task.checks:
-            tests.append({"name": f"{task.id} {task.title}: {check.name}", "score": check.score,
-                          "max_score": check.max_score,
-                          "visibility": "after_published" if check.hidden else "visible",
-                          "output": check.reason})
-    out = "\n".join([*result.problems, f"sandbox: {result.sandbox}"]) if result.problems else f"graded (sandbox: {result.sandbox})"
+            tests.append(
+                {
+                    "name": f"{task.id} {task.title}: {check.name}",
+                    "score": check.score,
+                    "max_score": check.max_score,
+                    "visibility": "after_published" if check.hidden else "visible",
+                    "output": check.reason,
+                }
+            )
+    out = (
+        "\n".join([*result.problems, f"sandbox: {result.sandbox}"])
+        if result.problems
+        else f"graded (sandbox: {result.sandbox})"
+    )
     return {"score": result.score, "execution_time": round(result.seconds, 2), "output": out, "tests": tests}
 
 

@@ -52,17 +52,19 @@ class _KernelLog:
 
 def _describe_tamper(names: list[str]) -> str:
     said = []
-    special = {"reading solutions/": "tried to read the course's solutions/ (blocked)",
-               "hook": "a trace or profile function was set while the grader's checks ran",
-               "seal": "the grader's sealed answers were disturbed",
-               "signal": "a signal handler or timer was set while the grader's checks ran"}
+    special = {
+        "reading solutions/": "tried to read the course's solutions/ (blocked)",
+        "hook": "a trace or profile function was set while the grader's checks ran",
+        "seal": "the grader's sealed answers were disturbed",
+        "signal": "a signal handler or timer was set while the grader's checks ran",
+    }
     for key, text in special.items():
         if key in names:
             said.append(text)
     names = [n for n in names if n not in special]
-    swapped = [n[len("sys.modules["):-1] for n in names if n.startswith("sys.modules[")]
+    swapped = [n[len("sys.modules[") : -1] for n in names if n.startswith("sys.modules[")]
     names = [n for n in names if not any(n.startswith(m + ".") for m in swapped)]  # said once, as the module
-    words = [f"{n[len('sys.modules['):-1]} module" if n.startswith("sys.modules[") else n for n in names]
+    words = [f"{n[len('sys.modules[') : -1]} module" if n.startswith("sys.modules[") else n for n in names]
     more = f" and {len(words) - 3} more" if len(words) > 3 else ""
     if words:
         said.insert(0, ", ".join(words[:3]) + more + " replaced")
@@ -77,12 +79,25 @@ def _cases_blob(cases: list[Case], hidden: bool) -> str:
 
 
 def _jobs(checks: list[tuple[int, Check]], cases: dict[int, list[Case]]) -> list[dict[str, Any]]:
-    return [{"check": idx, "target": check.target, "cases": _cases_blob(cases[idx], check.hidden),
-             "call": check.call.__name__ if check.call else None} for idx, check in checks]
+    return [
+        {
+            "check": idx,
+            "target": check.target,
+            "cases": _cases_blob(cases[idx], check.hidden),
+            "call": check.call.__name__ if check.call else None,
+        }
+        for idx, check in checks
+    ]
 
 
-def _take_step(run: CellRun, base: dict[str, str], collected: dict[str, bytes], log: _KernelLog,
-               tasks: list[str], fails: dict[str, str]) -> bool:
+def _take_step(
+    run: CellRun,
+    base: dict[str, str],
+    collected: dict[str, bytes],
+    log: _KernelLog,
+    tasks: list[str],
+    fails: dict[str, str],
+) -> bool:
     """Take one sealed step into ``collected``; False when there is none (the driver never sealed)."""
     if run.seal_problem:
         log.tamper.append("seal")
@@ -104,15 +119,28 @@ def _take_step(run: CellRun, base: dict[str, str], collected: dict[str, bytes], 
     threads = [n for n in notes if isinstance(n, str) and n.startswith("threads:")]
     if threads:
         for task in tasks:
-            fails.setdefault(task, "a thread it started was still running when the answers were sealed: "
-                                      "stop or join your threads before the function returns")
+            fails.setdefault(
+                task,
+                "a thread it started was still running when the answers were sealed: "
+                "stop or join your threads before the function returns",
+            )
     collected.update(blobs)
     return True
 
 
-def _run_kernel(lab: str, steps: list[Step], tasks: list[str], missing: frozenset[str],
-                members: list[tuple[int, Check]], cases: dict[int, list[Case]], opts: GradeOptions, scratch: Path,
-                name: str, deadline: float, collected: dict[str, bytes]) -> _KernelLog:
+def _run_kernel(
+    lab: str,
+    steps: list[Step],
+    tasks: list[str],
+    missing: frozenset[str],
+    members: list[tuple[int, Check]],
+    cases: dict[int, list[Case]],
+    opts: GradeOptions,
+    scratch: Path,
+    name: str,
+    deadline: float,
+    collected: dict[str, bytes],
+) -> _KernelLog:
     """Run the steps in one fresh kernel: each task's public checks after its cell, all hidden checks at the end.
 
     Hidden checks run last so that no hidden input is in the kernel before every public answer
@@ -125,8 +153,15 @@ def _run_kernel(lab: str, steps: list[Step], tasks: list[str], missing: frozense
     tasks_here = [t for t in tasks if any(c.task == t for _, c in members)]
     uid = kernel_uid(next(_KERNELS)) if opts.sandbox == "bwrap" else None
     try:
-        kernel = GradingKernel(scratch / f"k-{name}", course=opts.course, sandbox=opts.sandbox, uid=uid,
-                               mem_mb=opts.mem_mb, threads=opts.threads, fork=opts.fork_server)
+        kernel = GradingKernel(
+            scratch / f"k-{name}",
+            course=opts.course,
+            sandbox=opts.sandbox,
+            uid=uid,
+            mem_mb=opts.mem_mb,
+            threads=opts.threads,
+            fork=opts.fork_server,
+        )
     except (RuntimeError, OSError) as err:
         for t in tasks_here:
             log.fail[t] = f"not graded: the grading kernel could not start ({err})"
@@ -134,8 +169,10 @@ def _run_kernel(lab: str, steps: list[Step], tasks: list[str], missing: frozense
     with kernel:
         io_dir = kernel.workdir
         guard = str(opts.course / "solutions") if opts.sandbox == "none" else ""
-        first = kernel.run(driver_call("start", str(io_dir), labchecks, opts.threads, guard, uid is not None),
-                           max(60.0, opts.cell_timeout))
+        first = kernel.run(
+            driver_call("start", str(io_dir), labchecks, opts.threads, guard, uid is not None),
+            max(60.0, opts.cell_timeout),
+        )
         base = _read_baseline(io_dir)  # read before any learner code runs
         if first.status != "ok" or base is None:
             why = kernel.dead_reason or (first.one_line() if first.status != "ok" else "it wrote no baseline")
@@ -154,7 +191,8 @@ def _run_kernel(lab: str, steps: list[Step], tasks: list[str], missing: frozense
             if left <= 0:
                 for t in tasks_here:
                     (log.hidden_fail if t in log.done else log.fail).setdefault(
-                        t, f"not graded: the total time limit of {opts.total_timeout:g} s ran out")
+                        t, f"not graded: the total time limit of {opts.total_timeout:g} s ran out"
+                    )
                 break
             token = secrets.token_hex(12) if step.kind == "driver" else None
             if step.kind == "driver":
@@ -166,9 +204,17 @@ def _run_kernel(lab: str, steps: list[Step], tasks: list[str], missing: frozense
             run = kernel.run(code, limit, seal=token)
             if guard_log.exists() and guard_log.stat().st_size and "reading solutions/" not in log.tamper:
                 log.tamper.append("reading solutions/")
-            where = f"the {step.task} cell" if step.kind == "student" else (
-                f"the hidden checks of {task}" if hidden_step else f"the {step.task} checks" if step.kind == "driver"
-                else "a course cell")
+            where = (
+                f"the {step.task} cell"
+                if step.kind == "student"
+                else (
+                    f"the hidden checks of {task}"
+                    if hidden_step
+                    else f"the {step.task} checks"
+                    if step.kind == "driver"
+                    else "a course cell"
+                )
+            )
             fails = log.hidden_fail if hidden_step else log.fail
             if step.kind == "driver":
                 sealed = _take_step(run, base, collected, log, step_tasks, fails)
@@ -210,8 +256,9 @@ def _read_baseline(io_dir: Path) -> dict[str, str] | None:
     return data if isinstance(data, dict) else None
 
 
-def _score(spec: LabSpec, plan: Plan, outcomes: dict[int, CheckOutcome], logs: dict[int, _KernelLog],
-           tamper: str) -> list[TaskResult]:
+def _score(
+    spec: LabSpec, plan: Plan, outcomes: dict[int, CheckOutcome], logs: dict[int, _KernelLog], tamper: str
+) -> list[TaskResult]:
     results = []
     for task in spec.tasks.values():
         checks = [(i, c) for i, c in enumerate(spec.checks) if c.task == task.id]
@@ -234,11 +281,18 @@ def _score(spec: LabSpec, plan: Plan, outcomes: dict[int, CheckOutcome], logs: d
             else:
                 out = outcomes[idx]
                 ok, reason, whole = out.ok, out.reason, out.reason == "not implemented" or out.reason.startswith("`")
-            rows.append(CheckResult(task.id, name, check.hidden, ok, reason, round(each if ok else 0.0, 4), round(each, 4)))
+            rows.append(
+                CheckResult(task.id, name, check.hidden, ok, reason, round(each if ok else 0.0, 4), round(each, 4))
+            )
             if not ok and not first:
                 first = reason if whole else f"{name}: {reason}"
-                judged = not (tamper or task.id in plan.missing or task.id in log.fail
-                              or check.hidden and task.id in log.hidden_fail)
+                judged = not (
+                    tamper
+                    or task.id in plan.missing
+                    or task.id in log.fail
+                    or check.hidden
+                    and task.id in log.hidden_fail
+                )
         passed = sum(r.ok for r in rows)
         score = round(task.points * passed / len(rows), 4) if rows else 0.0
         if rows:  # per-check points that add up exactly to the task's (Gradescope sums them)
@@ -258,26 +312,48 @@ def _score(spec: LabSpec, plan: Plan, outcomes: dict[int, CheckOutcome], logs: d
     return results
 
 
-def _grade_group(plan: Plan, spec: LabSpec, members: list[tuple[int, Check]], cases: dict[int, list[Case]],
-                 opts: GradeOptions, scratch: Path, name: str, deadline: float) -> tuple[_KernelLog, dict[str, bytes]]:
+def _grade_group(
+    plan: Plan,
+    spec: LabSpec,
+    members: list[tuple[int, Check]],
+    cases: dict[int, list[Case]],
+    opts: GradeOptions,
+    scratch: Path,
+    name: str,
+    deadline: float,
+) -> tuple[_KernelLog, dict[str, bytes]]:
     """One kernel for these checks; if it died before the hidden checks, a second kernel replays the
     cells before the one that killed it and runs the hidden checks of the tasks already done."""
     tasks = list(spec.tasks)
     collected: dict[str, bytes] = {}
-    log = _run_kernel(plan.lab, list(plan.steps), tasks, plan.missing, members, cases, opts, scratch, name,
-                      deadline, collected)
+    log = _run_kernel(
+        plan.lab, list(plan.steps), tasks, plan.missing, members, cases, opts, scratch, name, deadline, collected
+    )
     if log.crashed_at is None or not log.done or time.monotonic() > deadline:
         return log, collected
-    steps = [s for s in plan.steps[:log.crashed_at] if s.kind != "driver"]
+    steps = [s for s in plan.steps[: log.crashed_at] if s.kind != "driver"]
     crashed = {t for t, why in log.hidden_fail.items() if not why.startswith("not graded:")} | {
-        t for t in log.done if t in log.hidden_fail and t not in log.hidden_done and
-        log.crashed_at >= len(plan.steps) and log.hidden_fail[t].endswith(f"the hidden checks of {t}")}
-    again = [(i, c) for i, c in members if c.hidden and c.task in log.done and c.task not in log.fail
-             and c.task not in log.hidden_done and c.task not in crashed]
+        t
+        for t in log.done
+        if t in log.hidden_fail
+        and t not in log.hidden_done
+        and log.crashed_at >= len(plan.steps)
+        and log.hidden_fail[t].endswith(f"the hidden checks of {t}")
+    }
+    again = [
+        (i, c)
+        for i, c in members
+        if c.hidden
+        and c.task in log.done
+        and c.task not in log.fail
+        and c.task not in log.hidden_done
+        and c.task not in crashed
+    ]
     if not again:
         return log, collected
-    extra = _run_kernel(plan.lab, steps, tasks, plan.missing, again, cases, opts, scratch, f"{name}-hidden",
-                        deadline, collected)
+    extra = _run_kernel(
+        plan.lab, steps, tasks, plan.missing, again, cases, opts, scratch, f"{name}-hidden", deadline, collected
+    )
     for t in {c.task for _, c in again}:
         log.hidden_fail.pop(t, None)
         if t in extra.hidden_fail or t in extra.fail:
@@ -307,8 +383,18 @@ def grade_file(path: Path, opts: GradeOptions) -> GradeResult:
             except GradeSetupError:
                 spec = None
         tasks = [TaskResult(t.id, t.title, 0.0, t.points, str(err), []) for t in (spec.tasks.values() if spec else [])]
-        return GradeResult(str(path), opts.lab or lab, 0.0, spec.total_points if spec else 0.0, tasks,
-                           [str(err)], seed, time.monotonic() - t0, opts.sandbox, graded=False)
+        return GradeResult(
+            str(path),
+            opts.lab or lab,
+            0.0,
+            spec.total_points if spec else 0.0,
+            tasks,
+            [str(err)],
+            seed,
+            time.monotonic() - t0,
+            opts.sandbox,
+            graded=False,
+        )
     if opts.public_only:
         problems.append("public checks only: hidden checks were not run")
     indexed = list(enumerate(spec.checks))
@@ -323,8 +409,10 @@ def grade_file(path: Path, opts: GradeOptions) -> GradeResult:
     scratch.chmod(0o711)
     try:
         deadline = t0 + opts.total_timeout
-        groups = {"main": [(i, c) for i, c in indexed if not c.fresh_kernel],
-                  "fresh": [(i, c) for i, c in indexed if c.fresh_kernel]}
+        groups = {
+            "main": [(i, c) for i, c in indexed if not c.fresh_kernel],
+            "fresh": [(i, c) for i, c in indexed if c.fresh_kernel],
+        }
         logs: dict[int, _KernelLog] = {}
         outcomes: dict[int, CheckOutcome] = {}
         for name, members in groups.items():
@@ -336,8 +424,12 @@ def grade_file(path: Path, opts: GradeOptions) -> GradeResult:
                 try:
                     outcomes[idx] = judge_check(check, idx, cases[idx], collected, opts.mem_mb)
                 except Exception:  # noqa: BLE001 - a forged answer the judge did not foresee: one line, no credit
-                    outcomes[idx] = CheckOutcome(check.name, check.task, False,
-                                                 "the saved answer is not in the grader's format (was the kernel disturbed?)")
+                    outcomes[idx] = CheckOutcome(
+                        check.name,
+                        check.task,
+                        False,
+                        "the saved answer is not in the grader's format (was the kernel disturbed?)",
+                    )
         tamper_names = [n for lg in {id(v): v for v in logs.values()}.values() for n in lg.tamper]
         tamper = _describe_tamper(list(dict.fromkeys(tamper_names))) if tamper_names else ""
         if tamper:
@@ -351,5 +443,15 @@ def grade_file(path: Path, opts: GradeOptions) -> GradeResult:
             problems.append(t.reason)
     total = round(sum(t.score for t in tasks), 4)
     started = not all(t.reason.startswith("not graded: the grading kernel could not start") for t in tasks)
-    return GradeResult(str(path), lab, total, spec.total_points, tasks, problems, seed, time.monotonic() - t0,
-                       opts.sandbox, graded=started)
+    return GradeResult(
+        str(path),
+        lab,
+        total,
+        spec.total_points,
+        tasks,
+        problems,
+        seed,
+        time.monotonic() - t0,
+        opts.sandbox,
+        graded=started,
+    )

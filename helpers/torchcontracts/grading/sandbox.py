@@ -42,8 +42,11 @@ def bwrap_path() -> str | None:
     if path is None or sys.platform != "linux":
         return None
     try:
-        probe = subprocess.run([path, "--ro-bind", "/", "/", "--unshare-pid", "--unshare-net", "--die-with-parent",
-                                "/bin/true"], capture_output=True, timeout=20)
+        probe = subprocess.run(
+            [path, "--ro-bind", "/", "/", "--unshare-pid", "--unshare-net", "--die-with-parent", "/bin/true"],
+            capture_output=True,
+            timeout=20,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     return path if probe.returncode == 0 else None
@@ -57,8 +60,10 @@ def choose_mode(mode: str) -> str:
         return "none"
     if bwrap_path() is None:
         if mode == "bwrap":
-            raise RuntimeError("--sandbox bwrap: bubblewrap is not installed or cannot make namespaces here "
-                               "(Debian/Ubuntu: apt-get install bubblewrap)")
+            raise RuntimeError(
+                "--sandbox bwrap: bubblewrap is not installed or cannot make namespaces here "
+                "(Debian/Ubuntu: apt-get install bubblewrap)"
+            )
         return "none"
     return "bwrap"
 
@@ -72,12 +77,19 @@ def _python_paths() -> list[Path]:
     """Folders the kernel's Python needs: the interpreter's prefixes, the import path, the package itself."""
     import torchcontracts
 
-    paths = {Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).resolve().parent.parent,
-             Path(torchcontracts.__file__).resolve().parent}
+    paths = {
+        Path(sys.prefix),
+        Path(sys.base_prefix),
+        Path(sys.executable).resolve().parent.parent,
+        Path(torchcontracts.__file__).resolve().parent,
+    }
     paths.update(Path(p) for p in site.getsitepackages() + [site.getusersitepackages()] if Path(p).is_dir())
     # never a script's folder, the working folder or /tmp from sys.path: only what the installation put there
-    paths.update(Path(p) for p in sys.path if p and Path(p).is_dir() and any(
-        Path(p).resolve().is_relative_to(q.resolve()) for q in list(paths)))
+    paths.update(
+        Path(p)
+        for p in sys.path
+        if p and Path(p).is_dir() and any(Path(p).resolve().is_relative_to(q.resolve()) for q in list(paths))
+    )
     kept = sorted({p.resolve() for p in paths if p.exists()}, key=lambda p: len(p.parts))
     out: list[Path] = []
     for p in kept:  # drop folders already inside a kept one
@@ -99,8 +111,23 @@ def bwrap_argv(scratch: Path, course: Path, *, drop_uid: bool) -> list[str]:
     """The bwrap command line that wraps the fork server (or one plainly launched kernel)."""
     path = bwrap_path()
     assert path is not None, "bwrap_argv needs bwrap (check choose_mode first)"
-    argv = [path, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--die-with-parent",
-            "--new-session", "--dev", "/dev", "--proc", "/proc", "--perms", "1777", "--tmpfs", "/tmp"]
+    argv = [
+        path,
+        "--unshare-pid",
+        "--unshare-net",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--die-with-parent",
+        "--new-session",
+        "--dev",
+        "/dev",
+        "--proc",
+        "/proc",
+        "--perms",
+        "1777",
+        "--tmpfs",
+        "/tmp",
+    ]
     for top in ("usr", "etc", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "opt"):
         host = Path("/") / top
         if host.is_symlink():

@@ -44,8 +44,9 @@ def _read_plain_file(path: Path, course: Path | None) -> bytes:
             for own in [*(course / "solutions").glob("*.ipynb"), *(course / "labs").glob("*.ipynb")]:
                 try:
                     if os.path.samestat(info, own.stat()) and own.resolve() != path.resolve():
-                        raise SubmissionError("the submission is the course's own notebook (a link to it), "
-                                              "not a learner's file")
+                        raise SubmissionError(
+                            "the submission is the course's own notebook (a link to it), not a learner's file"
+                        )
                 except OSError:
                     continue
         return fh.read(MAX_BYTES + 1)
@@ -55,12 +56,15 @@ def _check_cells(cells: list[Any]) -> None:
     """Every cell a dict with a known type and text source: a malformed one is named, not a grader error."""
     for n, cell in enumerate(cells, 1):
         if not isinstance(cell, dict) or cell.get("cell_type") not in ("code", "markdown", "raw"):
-            raise SubmissionError(f"not a notebook: cell {n} is not a code, markdown or raw cell; "
-                                  "open the file in Jupyter and save it again")
+            raise SubmissionError(
+                f"not a notebook: cell {n} is not a code, markdown or raw cell; "
+                "open the file in Jupyter and save it again"
+            )
         src = cell.get("source", "")
         if not (isinstance(src, str) or isinstance(src, list) and all(isinstance(x, str) for x in src)):
-            raise SubmissionError(f"not a notebook: the source of cell {n} is not text; "
-                                  "open the file in Jupyter and save it again")
+            raise SubmissionError(
+                f"not a notebook: the source of cell {n} is not text; open the file in Jupyter and save it again"
+            )
         if not isinstance(cell.get("metadata", {}), dict):
             raise SubmissionError(f"not a notebook: the metadata of cell {n} is not a dict")
 
@@ -76,13 +80,16 @@ def read_submission(path: Path, course: Path | None = None) -> nbformat.Notebook
         data = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as err:
         where = f" (line {err.lineno}, column {err.colno})" if isinstance(err, json.JSONDecodeError) else ""
-        raise SubmissionError(f"not a notebook: the file is not valid JSON{where}; "
-                              "download the .ipynb again from Jupyter") from None
+        raise SubmissionError(
+            f"not a notebook: the file is not valid JSON{where}; download the .ipynb again from Jupyter"
+        ) from None
     if not isinstance(data, dict) or "cells" not in data and "worksheets" not in data:
         raise SubmissionError("not a notebook: the JSON has no cells; submit the .ipynb file Jupyter saved")
     if data.get("nbformat") != 4:
-        raise SubmissionError(f"unsupported notebook format nbformat {data.get('nbformat')!r}: "
-                              "open it in Jupyter 4+ and save it again (nbformat 4)")
+        raise SubmissionError(
+            f"unsupported notebook format nbformat {data.get('nbformat')!r}: "
+            "open it in Jupyter 4+ and save it again (nbformat 4)"
+        )
     if not isinstance(data.get("cells"), list) or not data["cells"]:
         raise SubmissionError("empty notebook: it has no cells; submit the lab notebook you worked in")
     _check_cells(data["cells"])
@@ -112,12 +119,12 @@ def identify_lab(nb: nbformat.NotebookNode, path: Path, root: Path, expected: st
         elif len(by_name) == 1:
             lab, note = by_name[0], "lab guessed from the file name (notebook metadata lacks torchcontracts.lab)"
         else:
-            raise SubmissionError("cannot tell which lab this is: no torchcontracts.lab in its metadata and no "
-                                  f"lab cells; labs here: {here}")
+            raise SubmissionError(
+                "cannot tell which lab this is: no torchcontracts.lab in its metadata and no "
+                f"lab cells; labs here: {here}"
+            )
     if expected and lab != expected:
         raise SubmissionError(f"wrong lab: this is the notebook of {lab}, expected {expected}")
     if lab not in labs:
         raise SubmissionError(f"unknown lab {lab!r}: this course has {here}")
     return lab, note
-
-

@@ -19,13 +19,55 @@ from typing import Any
 
 __all__ = ["TORCH_MODULES", "fingerprints", "preload", "watched_objects"]
 
-TORCH_MODULES = ("torch", "torch.serialization", "torch.testing", "torch.nn", "torch.nn.functional",
-                 "torch.autograd", "torch.autograd.graph", "torch.utils.checkpoint", "torch.utils._pytree")
+TORCH_MODULES = (
+    "torch",
+    "torch.serialization",
+    "torch.testing",
+    "torch.nn",
+    "torch.nn.functional",
+    "torch.autograd",
+    "torch.autograd.graph",
+    "torch.utils.checkpoint",
+    "torch.utils._pytree",
+)
 # what torch.save, the driver and the sealer run on: replacing any of these could forge a sealed step
-STDLIB_MODULES = ("pickle", "_pickle", "copyreg", "io", "_io", "zipfile", "json", "json.encoder", "struct", "base64",
-                  "os", "posix", "gc", "signal", "threading", "_thread", "inspect", "types")
-_IPYTHON_BUILTINS = {"_", "__", "___", "exit", "quit", "get_ipython", "display", "help", "copyright",
-                     "credits", "license", "__IPYTHON__", "__builtins__", "input", "open"}
+STDLIB_MODULES = (
+    "pickle",
+    "_pickle",
+    "copyreg",
+    "io",
+    "_io",
+    "zipfile",
+    "json",
+    "json.encoder",
+    "struct",
+    "base64",
+    "os",
+    "posix",
+    "gc",
+    "signal",
+    "threading",
+    "_thread",
+    "inspect",
+    "types",
+)
+_IPYTHON_BUILTINS = {
+    "_",
+    "__",
+    "___",
+    "exit",
+    "quit",
+    "get_ipython",
+    "display",
+    "help",
+    "copyright",
+    "credits",
+    "license",
+    "__IPYTHON__",
+    "__builtins__",
+    "input",
+    "open",
+}
 _LAZY_REBINDS = {"torch.Storage"}  # torch.set_default_dtype rebinds it: not tampering
 _SKIP_ATTRS = {"__dict__", "__weakref__", "__doc__", "__annotations__", "__abstractmethods__", "_abc_impl"}
 _KEEP: list[Any] = []  # objects seen at the baseline, kept alive so that their ids are never reused
@@ -69,9 +111,13 @@ def watched_objects(labchecks: str, module_names: list[str] | None = None) -> di
     mods = _watched_modules(labchecks)
     if module_names is not None:
         mods = {n: _modules.get(n) for n in module_names}  # type: ignore[misc]
-    classes: dict[str, type] = {"torch.Tensor": torch.Tensor, "torch.nn.Module": torch.nn.Module,
-                                "torch.UntypedStorage": torch.UntypedStorage, "pickle.Pickler": _modules["pickle"].Pickler,
-                                "io.BytesIO": _modules["io"].BytesIO}
+    classes: dict[str, type] = {
+        "torch.Tensor": torch.Tensor,
+        "torch.nn.Module": torch.nn.Module,
+        "torch.UntypedStorage": torch.UntypedStorage,
+        "pickle.Pickler": _modules["pickle"].Pickler,
+        "io.BytesIO": _modules["io"].BytesIO,
+    }
     objs: dict[str, Any] = {}
     for mname, mod in mods.items():
         objs[f"sys.modules[{mname}]"] = mod
@@ -82,7 +128,11 @@ def watched_objects(labchecks: str, module_names: list[str] | None = None) -> di
                 continue
             if mname == "sys" and not _isinstance(val, _BuiltinType):
                 continue  # sys holds streams and hooks that IPython sets; its functions are what matters
-            if _isinstance(val, type) and _getattr(val, "__module__", "") == mname and mname.startswith("torchcontracts"):
+            if (
+                _isinstance(val, type)
+                and _getattr(val, "__module__", "") == mname
+                and mname.startswith("torchcontracts")
+            ):
                 classes[f"{mname}.{key}"] = val
             if (_callable(val) or _isinstance(val, _ModuleType)) and f"{mname}.{key}" not in _LAZY_REBINDS:
                 objs[f"{mname}.{key}"] = val
@@ -107,8 +157,9 @@ def _fingerprint(obj: Any) -> str:
                 continue
             parts.append(_id(content))
     elif _isinstance(inner, property):
-        parts += [_id(f.__code__) if _isinstance(f, _FunctionType) else _id(f)
-                  for f in (inner.fget, inner.fset, inner.fdel)]
+        parts += [
+            _id(f.__code__) if _isinstance(f, _FunctionType) else _id(f) for f in (inner.fget, inner.fset, inner.fdel)
+        ]
     return ".".join(_list(_str(p) for p in parts))
 
 

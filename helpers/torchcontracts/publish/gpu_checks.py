@@ -25,8 +25,19 @@ from typing import Any, Callable, Mapping
 
 import torch
 
-__all__ = ["MODULES", "REGISTRY", "Comparison", "Measured", "Outcome", "comparison", "copy_bandwidth",
-           "figures_of", "load_modules", "matmul_throughput", "run_all"]
+__all__ = [
+    "MODULES",
+    "REGISTRY",
+    "Comparison",
+    "Measured",
+    "Outcome",
+    "comparison",
+    "copy_bandwidth",
+    "figures_of",
+    "load_modules",
+    "matmul_throughput",
+    "run_all",
+]
 
 # Lesson helper modules that register comparisons when imported (missing ones are skipped: a lesson not written yet).
 MODULES: tuple[str, ...] = ("torchcontracts.lessons.l04_async.roofline",)
@@ -65,9 +76,11 @@ REGISTRY: dict[str, Comparison] = {}
 
 def comparison(name: str, *, lesson: str, what: str) -> Callable[[Callable[[], Outcome]], Callable[[], Outcome]]:
     """Register ``fn`` as the GPU comparison ``name`` of ``lesson`` ("03"); a later registration replaces it."""
+
     def register(fn: Callable[[], Outcome]) -> Callable[[], Outcome]:
         REGISTRY[name] = Comparison(name, lesson, what, fn)
         return fn
+
     return register
 
 
@@ -84,8 +97,9 @@ def load_modules(modules: tuple[str, ...] | None = None) -> list[str]:
     return missing
 
 
-def run_all(names: list[str] | None = None, deadline: float | None = None,
-            progress: bool = True) -> dict[str, dict[str, Any]]:
+def run_all(
+    names: list[str] | None = None, deadline: float | None = None, progress: bool = True
+) -> dict[str, dict[str, Any]]:
     """Run the registered comparisons (or ``names``); a failure is recorded with its reason, never raised.
 
     Returns ``{name: {"lesson", "what", "ok", "detail", "seconds", "figures": {key: {"value", "unit", "what"}}}}``.
@@ -103,8 +117,9 @@ def run_all(names: list[str] | None = None, deadline: float | None = None,
         start = time.perf_counter()
         try:
             res = comp.fn()
-            entry.update(ok=bool(res.ok), detail=res.detail,
-                         figures={k: dataclasses.asdict(m) for k, m in res.figures.items()})
+            entry.update(
+                ok=bool(res.ok), detail=res.detail, figures={k: dataclasses.asdict(m) for k, m in res.figures.items()}
+            )
         except Exception as err:  # a comparison that breaks is a finding, not a crash of the whole record
             lines = str(err).strip().splitlines() or [""]
             entry.update(ok=False, detail=f"failed: {type(err).__name__}: {lines[0][:200]}")
@@ -142,8 +157,9 @@ def copy_bandwidth(device: str | torch.device = "cuda", nbytes: int = 1 << 30, r
     return 2 * nbytes / secs / 1e9
 
 
-def matmul_throughput(device: str | torch.device = "cuda", n: int = 8192, dtype: torch.dtype = torch.bfloat16,
-                      repeats: int = 10) -> float:
+def matmul_throughput(
+    device: str | torch.device = "cuda", n: int = 8192, dtype: torch.dtype = torch.bfloat16, repeats: int = 10
+) -> float:
     """TFLOP/s of an ``n x n`` by ``n x n`` matmul (2 n^3 flops)."""
     dev = torch.device(device)
     a = torch.randn(n, n, device=dev, dtype=dtype)
@@ -155,19 +171,27 @@ def matmul_throughput(device: str | torch.device = "cuda", n: int = 8192, dtype:
 # -- the built-in comparisons --------------------------------------------------------------------------------
 _ALLOC_TRACES = {
     "mixed": "alloc a 1000\nalloc b 1MiB\nalloc c 1.5MiB\nalloc d 12MiB\nfree b\nalloc e 700KiB\nfree c\nfree d\n"
-             "empty_cache",
+    "empty_cache",
     "small pool": "alloc a 512\nalloc b 1\nalloc c 1MiB\nfree a\nalloc d 256\nfree b\nfree c\nalloc e 1MiB\n"
-                  "reset_peak\nfree d\nfree e\nempty_cache",
+    "reset_peak\nfree d\nfree e\nempty_cache",
     "large rounding": "alloc a 19.5MiB\nalloc b 10MiB\nalloc c 10.5MiB\nfree a\nalloc d 2MiB\nfree b\nfree c\n"
-                      "free d\nempty_cache",
+    "free d\nempty_cache",
 }
 
 
-@comparison("alloc.model_vs_real", lesson="03",
-            what="the allocator model against the real caching allocator, op by op, in fresh processes")
+@comparison(
+    "alloc.model_vs_real",
+    lesson="03",
+    what="the allocator model against the real caching allocator, op by op, in fresh processes",
+)
 def _alloc_model_vs_real() -> Outcome:
     from torchcontracts.lessons.l03_memory.alloc import MiB, Config
-    from torchcontracts.lessons.l03_memory.alloc_viz import fragmentation_trace, fresh_cuda_report, mismatches, report_model
+    from torchcontracts.lessons.l03_memory.alloc_viz import (
+        fragmentation_trace,
+        fresh_cuda_report,
+        mismatches,
+        report_model,
+    )
 
     frag = fragmentation_trace(8, 6.0, "every other", 12.0)
     traces = {**_ALLOC_TRACES, "fragmentation": frag}
@@ -178,12 +202,21 @@ def _alloc_model_vs_real() -> Outcome:
             model = report_model(trace, config)
             steps += len(model["steps"])
             problems += [f"{name} [{conf or 'default'}] {p}" for p in mismatches(real[name], model)]
-    detail = (f"the model predicted every one of {steps} steps ({len(traces)} traces, 2 settings)" if not problems
-              else f"{len(problems)} mismatches, first: {'; '.join(problems[:3])}")
-    return Outcome(not problems, detail, {
-        "alloc.steps_compared": Measured(steps, "steps", "allocator steps compared, model vs real"),
-        "alloc.mismatches": Measured(len(problems), "mismatches", "steps where the model and the real allocator differ"),
-    })
+    detail = (
+        f"the model predicted every one of {steps} steps ({len(traces)} traces, 2 settings)"
+        if not problems
+        else f"{len(problems)} mismatches, first: {'; '.join(problems[:3])}"
+    )
+    return Outcome(
+        not problems,
+        detail,
+        {
+            "alloc.steps_compared": Measured(steps, "steps", "allocator steps compared, model vs real"),
+            "alloc.mismatches": Measured(
+                len(problems), "mismatches", "steps where the model and the real allocator differ"
+            ),
+        },
+    )
 
 
 @comparison("roofline.ceilings", lesson="04", what="the GPU's memory-bandwidth and matmul ceilings")
@@ -206,19 +239,27 @@ def _roofline_ceilings() -> Outcome:
         ceil = measure_ceilings("cuda")
         hbm, bf16, fp32 = ceil.bandwidth / 1e9, ceil.flops["bfloat16"] / 1e12, ceil.flops["float32"] / 1e12
         how = "triad a = b + s*c over 1 GiB arrays, 3 streams counted (lesson 04's measure_ceilings)"
-    figures.update({
-        "roofline.hbm_GBps": Measured(hbm, "GB/s", how),
-        "roofline.bf16_TFLOPs": Measured(bf16, "TFLOP/s", "large bf16 matmul"),
-        "roofline.fp32_TFLOPs": Measured(fp32, "TFLOP/s", "large fp32 matmul, TF32 off unless enabled"),
-        "roofline.ridge_bf16_flop_per_byte": Measured(bf16 * 1e3 / hbm, "flop/byte", "bf16 ceiling over bandwidth"),
-    })
-    return Outcome(hbm > 0 and bf16 > 0 and fp32 > 0,
-                   f"bandwidth {hbm:,.0f} GB/s ({how}), copy {copy:,.0f} GB/s, bf16 matmul {bf16:,.0f} TFLOP/s, "
-                   f"fp32 {fp32:,.1f} TFLOP/s; ridge point {bf16 * 1e3 / hbm:,.0f} flop/byte (bf16)", figures)
+    figures.update(
+        {
+            "roofline.hbm_GBps": Measured(hbm, "GB/s", how),
+            "roofline.bf16_TFLOPs": Measured(bf16, "TFLOP/s", "large bf16 matmul"),
+            "roofline.fp32_TFLOPs": Measured(fp32, "TFLOP/s", "large fp32 matmul, TF32 off unless enabled"),
+            "roofline.ridge_bf16_flop_per_byte": Measured(bf16 * 1e3 / hbm, "flop/byte", "bf16 ceiling over bandwidth"),
+        }
+    )
+    return Outcome(
+        hbm > 0 and bf16 > 0 and fp32 > 0,
+        f"bandwidth {hbm:,.0f} GB/s ({how}), copy {copy:,.0f} GB/s, bf16 matmul {bf16:,.0f} TFLOP/s, "
+        f"fp32 {fp32:,.1f} TFLOP/s; ridge point {bf16 * 1e3 / hbm:,.0f} flop/byte (bf16)",
+        figures,
+    )
 
 
-@comparison("async.launch_returns_early", lesson="04",
-            what="a CUDA launch returns before its kernel ends: a host timer without synchronize times the launch")
+@comparison(
+    "async.launch_returns_early",
+    lesson="04",
+    what="a CUDA launch returns before its kernel ends: a host timer without synchronize times the launch",
+)
 def _async_launch() -> Outcome:
     a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
     (a @ a).sum().item()  # warm-up: cuBLAS handle and workspace
@@ -233,15 +274,21 @@ def _async_launch() -> Outcome:
         rows.append((launched, done))
         del c
     launch, done = statistics.median(r[0] for r in rows), statistics.median(r[1] for r in rows)
-    return Outcome(all(l < d for l, d in rows),
-                   f"the call returned after {launch * 1e6:,.0f} us; the matmul ended after {done * 1e3:,.2f} ms", {
-                       "async.launch_us": Measured(launch * 1e6, "us", "host time until a bf16 8192^3 matmul call returns"),
-                       "async.matmul_synced_ms": Measured(done * 1e3, "ms", "the same matmul timed with a synchronize"),
-                   })
+    return Outcome(
+        all(l < d for l, d in rows),
+        f"the call returned after {launch * 1e6:,.0f} us; the matmul ended after {done * 1e3:,.2f} ms",
+        {
+            "async.launch_us": Measured(launch * 1e6, "us", "host time until a bf16 8192^3 matmul call returns"),
+            "async.matmul_synced_ms": Measured(done * 1e3, "ms", "the same matmul timed with a synchronize"),
+        },
+    )
 
 
-@comparison("streams.copy_compute_overlap", lesson="04",
-            what="a pinned host-to-device copy on a side stream runs beside matmuls on the default stream")
+@comparison(
+    "streams.copy_compute_overlap",
+    lesson="04",
+    what="a pinned host-to-device copy on a side stream runs beside matmuls on the default stream",
+)
 def _stream_overlap() -> Outcome:
     host = torch.empty(256 << 20, dtype=torch.uint8).pin_memory()
     dev = torch.empty_like(host, device="cuda")
@@ -272,18 +319,24 @@ def _stream_overlap() -> Outcome:
         return statistics.median(runs)
 
     s, o = timed(serial), timed(overlapped)
-    return Outcome(s > 0 and o > 0, f"copy then 4 matmuls: {s * 1e3:.2f} ms on one stream, "
-                                    f"{o * 1e3:.2f} ms with the copy on a side stream ({o / s:.2f}x)", {
-        "streams.serial_ms": Measured(s * 1e3, "ms", "256 MiB pinned H2D copy then 4 bf16 matmuls, one stream"),
-        "streams.overlapped_ms": Measured(o * 1e3, "ms", "the same with the copy on a side stream"),
-        "streams.overlap_ratio": Measured(o / s, "x", "overlapped time over serial time (below 1: they overlapped)"),
-    })
+    return Outcome(
+        s > 0 and o > 0,
+        f"copy then 4 matmuls: {s * 1e3:.2f} ms on one stream, "
+        f"{o * 1e3:.2f} ms with the copy on a side stream ({o / s:.2f}x)",
+        {
+            "streams.serial_ms": Measured(s * 1e3, "ms", "256 MiB pinned H2D copy then 4 bf16 matmuls, one stream"),
+            "streams.overlapped_ms": Measured(o * 1e3, "ms", "the same with the copy on a side stream"),
+            "streams.overlap_ratio": Measured(
+                o / s, "x", "overlapped time over serial time (below 1: they overlapped)"
+            ),
+        },
+    )
 
 
 def figures_of(result: Mapping[str, Any], units: Mapping[str, str] | None = None) -> dict[str, Measured]:
     """Turn a lesson helper's ``{key: number}`` (or ``{key: (number, unit)}``) into figures, for an adapter."""
     out = {}
     for key, val in result.items():
-        value, unit = (val if isinstance(val, tuple) else (val, (units or {}).get(key, "")))
+        value, unit = val if isinstance(val, tuple) else (val, (units or {}).get(key, ""))
         out[key] = Measured(float(value), unit, key)
     return out

@@ -34,11 +34,27 @@ from nbclient.exceptions import CellExecutionError, CellTimeoutError
 
 from torchcontracts.core.claims import LEDGER_ENV, all_claims
 
-__all__ = ["CACHE_CSV", "COLUMNS", "CELL_TIMEOUT", "CellTimeout", "LedgerRow", "LessonRun", "add_arguments",
-           "build_ledger", "code_cells", "execute", "execute_notebook", "run", "run_lesson", "this_python_kernel"]
+__all__ = [
+    "CACHE_CSV",
+    "COLUMNS",
+    "CELL_TIMEOUT",
+    "CellTimeout",
+    "LedgerRow",
+    "LessonRun",
+    "add_arguments",
+    "build_ledger",
+    "code_cells",
+    "execute",
+    "execute_notebook",
+    "run",
+    "run_lesson",
+    "this_python_kernel",
+]
 
 COLUMNS = ["id", "claim", "verdict", "evidence", "source", "notebook", "device", "torch"]
-CACHE_CSV = "ledger_cpu.csv"  # the cached CPU ledger in the package's data/ (lesson 10 reads it), with a .json beside it
+CACHE_CSV = (
+    "ledger_cpu.csv"  # the cached CPU ledger in the package's data/ (lesson 10 reads it), with a .json beside it
+)
 CELL_TIMEOUT = 120  # seconds one code cell may run
 LedgerRow = dict[str, str]
 
@@ -80,8 +96,14 @@ def code_cells(path: Path) -> int:
     return sum(c.cell_type == "code" and bool(c.source.strip()) for c in nbformat.read(path, as_version=4).cells)
 
 
-def execute_notebook(path: Path, *, cell_timeout: float = CELL_TIMEOUT, cwd: Path | None = None,
-                     on_cell: Callable[[int, int], None] | None = None, timeout: float | None = None) -> float:
+def execute_notebook(
+    path: Path,
+    *,
+    cell_timeout: float = CELL_TIMEOUT,
+    cwd: Path | None = None,
+    on_cell: Callable[[int, int], None] | None = None,
+    timeout: float | None = None,
+) -> float:
     """Execute one notebook in a fresh kernel, in memory (the file is not rewritten); return seconds.
 
     ``on_cell(cell_index, code_cells_done)`` is called after each code cell has finished. A cell that
@@ -90,12 +112,19 @@ def execute_notebook(path: Path, *, cell_timeout: float = CELL_TIMEOUT, cwd: Pat
     """
     if timeout is not None:
         cell_timeout = timeout
-    return execute(nbformat.read(path, as_version=4), path.name, cwd=cwd or path.parent,
-                   cell_timeout=cell_timeout, on_cell=on_cell)
+    return execute(
+        nbformat.read(path, as_version=4), path.name, cwd=cwd or path.parent, cell_timeout=cell_timeout, on_cell=on_cell
+    )
 
 
-def execute(nb: Any, name: str, *, cwd: Path, cell_timeout: float = CELL_TIMEOUT,
-            on_cell: Callable[[int, int], None] | None = None) -> float:
+def execute(
+    nb: Any,
+    name: str,
+    *,
+    cwd: Path,
+    cell_timeout: float = CELL_TIMEOUT,
+    on_cell: Callable[[int, int], None] | None = None,
+) -> float:
     """Execute a notebook node in place (outputs and widget state are kept in ``nb``); return seconds.
 
     The engine behind :func:`execute_notebook`; the site builder keeps the executed node to export it.
@@ -119,9 +148,14 @@ def execute(nb: Any, name: str, *, cwd: Path, cell_timeout: float = CELL_TIMEOUT
 
     start = time.perf_counter()
     km = this_python_kernel()
-    client = NotebookClient(nb, timeout=max(1, int(cell_timeout + 0.999)), km=km,
-                            resources={"metadata": {"path": str(cwd)}},
-                            on_cell_execute=cell_started, on_cell_executed=cell_executed)
+    client = NotebookClient(
+        nb,
+        timeout=max(1, int(cell_timeout + 0.999)),
+        km=km,
+        resources={"metadata": {"path": str(cwd)}},
+        on_cell_execute=cell_started,
+        on_cell_executed=cell_executed,
+    )
     try:
         # The kernel process's own stderr holds only ipykernel's start-up warnings and C-level noise;
         # cell errors and warnings arrive through Jupyter messages, so nothing a learner needs is lost.
@@ -156,8 +190,9 @@ class LessonRun:
     nb: Any = None  # the executed notebook node (outputs and widget state)
 
 
-def run_lesson(path: Path, *, cell_timeout: float = CELL_TIMEOUT,
-               on_cell: Callable[[int, int], None] | None = None) -> LessonRun:
+def run_lesson(
+    path: Path, *, cell_timeout: float = CELL_TIMEOUT, on_cell: Callable[[int, int], None] | None = None
+) -> LessonRun:
     """Execute one lesson and collect its verdicts; a failing cell ends the run and is reported, never raised.
 
     Verdicts asserted before the failure are kept, so a GPU record still holds what a lesson proved
@@ -175,8 +210,14 @@ def run_lesson(path: Path, *, cell_timeout: float = CELL_TIMEOUT,
         except CellTimeout as err:
             error = str(err)
         except CellExecutionError as err:
-            bad = next((i for i, c in enumerate(nb.cells) if c.cell_type == "code"
-                        and any(o.get("output_type") == "error" for o in c.get("outputs", []))), None)
+            bad = next(
+                (
+                    i
+                    for i, c in enumerate(nb.cells)
+                    if c.cell_type == "code" and any(o.get("output_type") == "error" for o in c.get("outputs", []))
+                ),
+                None,
+            )
             where = f" cell {bad + 1}" if bad is not None else ""
             error = f"{path.name}{where}: {err.ename}: {_first_line(str(err.evalue))}"
         except Exception as err:  # the kernel died, or would not start
@@ -196,8 +237,13 @@ def _first_line(text: str, limit: int = 200) -> str:
     return (lines[-1] if lines else "")[:limit]
 
 
-def build_ledger(notebooks: Iterable[Path], *, progress: bool = True, cell_timeout: float = CELL_TIMEOUT,
-                 timeout: float | None = None) -> tuple[list[LedgerRow], dict[str, float]]:
+def build_ledger(
+    notebooks: Iterable[Path],
+    *,
+    progress: bool = True,
+    cell_timeout: float = CELL_TIMEOUT,
+    timeout: float | None = None,
+) -> tuple[list[LedgerRow], dict[str, float]]:
     """Execute the notebooks and return one row per claim, plus each notebook's run time.
 
     The progress bar counts code cells over all the notebooks. ``timeout`` is the old name of
@@ -239,16 +285,18 @@ def build_ledger(notebooks: Iterable[Path], *, progress: bool = True, cell_timeo
     rows = []
     for cid, claim in all_claims().items():
         rec = seen.get(cid, {})
-        rows.append({
-            "id": cid,
-            "claim": claim.en,
-            "verdict": rec.get("verdict", "not covered"),
-            "evidence": rec.get("evidence", ""),
-            "source": rec.get("source", ""),
-            "notebook": rec.get("notebook", ""),
-            "device": rec.get("device", ""),
-            "torch": rec.get("torch", ""),
-        })
+        rows.append(
+            {
+                "id": cid,
+                "claim": claim.en,
+                "verdict": rec.get("verdict", "not covered"),
+                "evidence": rec.get("evidence", ""),
+                "source": rec.get("source", ""),
+                "notebook": rec.get("notebook", ""),
+                "device": rec.get("device", ""),
+                "torch": rec.get("torch", ""),
+            }
+        )
     return rows, times
 
 
@@ -258,10 +306,18 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--out", default="ledger.csv")
     p.add_argument("--only", nargs="*", help="lesson number prefixes, e.g. 01 02")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.add_argument("--cell-timeout", type=float, default=CELL_TIMEOUT, metavar="SECONDS",
-                   help=f"seconds one code cell may run (default {CELL_TIMEOUT})")
-    p.add_argument("--cache", action="store_true",
-                   help=f"write the course's cached CPU ledger (data/{CACHE_CSV} and its .json) instead of --out")
+    p.add_argument(
+        "--cell-timeout",
+        type=float,
+        default=CELL_TIMEOUT,
+        metavar="SECONDS",
+        help=f"seconds one code cell may run (default {CELL_TIMEOUT})",
+    )
+    p.add_argument(
+        "--cache",
+        action="store_true",
+        help=f"write the course's cached CPU ledger (data/{CACHE_CSV} and its .json) instead of --out",
+    )
     return p
 
 
@@ -278,10 +334,17 @@ def _write_cache_meta(path: Path, times: dict[str, float], covered: int, only: S
     import torch
 
     command = "torchcontracts ledger --cache" + (f" --only {' '.join(only)}" if only else "")
-    meta = {"made": time.strftime("%Y-%m-%d"), "command": command, "torch": torch.__version__,
-            "python": platform.python_version(), "machine": f"{platform.system()} {platform.machine()}",
-            "cpus": os.cpu_count(), "load_average": [round(x, 2) for x in os.getloadavg()], "covered": covered,
-            "seconds": {name: round(secs, 1) for name, secs in times.items()}}
+    meta = {
+        "made": time.strftime("%Y-%m-%d"),
+        "command": command,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "machine": f"{platform.system()} {platform.machine()}",
+        "cpus": os.cpu_count(),
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+        "covered": covered,
+        "seconds": {name: round(secs, 1) for name, secs in times.items()},
+    }
     path.write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
 
 
@@ -303,12 +366,15 @@ def run(args: argparse.Namespace, notebooks: Sequence[Path] | None = None) -> in
         import torch
 
         if torch.cuda.is_available():
-            print("ledger --cache: this machine has CUDA, and the cached ledger is the CPU one: run "
-                  "`torchcontracts record` here, or hide the GPU with CUDA_VISIBLE_DEVICES=''")
+            print(
+                "ledger --cache: this machine has CUDA, and the cached ledger is the CPU one: run "
+                "`torchcontracts record` here, or hide the GPU with CUDA_VISIBLE_DEVICES=''"
+            )
             return 1
     try:
-        rows, times = build_ledger(notebooks, progress=not args.quiet,
-                                   cell_timeout=getattr(args, "cell_timeout", CELL_TIMEOUT))
+        rows, times = build_ledger(
+            notebooks, progress=not args.quiet, cell_timeout=getattr(args, "cell_timeout", CELL_TIMEOUT)
+        )
     except CellTimeout as err:
         print(err)
         return 1
@@ -330,8 +396,11 @@ def run(args: argparse.Namespace, notebooks: Sequence[Path] | None = None) -> in
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m torchcontracts.publish.ledger [--cell-timeout S] ...``, the same as ``torchcontracts ledger``."""
-    p = add_arguments(argparse.ArgumentParser(prog="torchcontracts ledger",
-                                              description="run the lessons headless and write one row per claim"))
+    p = add_arguments(
+        argparse.ArgumentParser(
+            prog="torchcontracts ledger", description="run the lessons headless and write one row per claim"
+        )
+    )
     return run(p.parse_args(argv))
 
 

@@ -26,8 +26,24 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-__all__ = ["BUDGET_S", "RECORD_ENV", "SCHEMA", "Figure", "GpuRecord", "RecordError", "add_arguments", "assemble",
-           "beside", "load_record", "package_record_file", "record_path", "recorded", "refusal", "run", "validate"]
+__all__ = [
+    "BUDGET_S",
+    "RECORD_ENV",
+    "SCHEMA",
+    "Figure",
+    "GpuRecord",
+    "RecordError",
+    "add_arguments",
+    "assemble",
+    "beside",
+    "load_record",
+    "package_record_file",
+    "record_path",
+    "recorded",
+    "refusal",
+    "run",
+    "validate",
+]
 
 SCHEMA = "torchcontracts-gpu-record/1"
 RECORD_ENV = "TORCHCONTRACTS_GPU_RECORD"  # another record file to read (a colleague's, or the tests' fixture)
@@ -90,16 +106,18 @@ class GpuRecord:
         if f is None:
             return None
         d = self.data["device"]
-        return Figure(key, float(f["value"]), f["unit"], f["what"], d["name"], d["capability"], self.data["date"],
-                      self.fixture)
+        return Figure(
+            key, float(f["value"]), f["unit"], f["what"], d["name"], d["capability"], self.data["date"], self.fixture
+        )
 
     def claims_frame(self) -> Any:
         """The recorded verdicts as a pandas table: id, verdict, evidence, source, notebook."""
         import pandas as pd
 
         cols = ["id", "verdict", "evidence", "source", "notebook"]
-        return pd.DataFrame([{"id": cid, **{k: c[k] for k in cols[1:]}} for cid, c in sorted(self.data["claims"].items())],
-                            columns=cols)
+        return pd.DataFrame(
+            [{"id": cid, **{k: c[k] for k in cols[1:]}} for cid, c in sorted(self.data["claims"].items())], columns=cols
+        )
 
 
 def _is_num(x: Any) -> bool:
@@ -156,19 +174,29 @@ def validate(data: Any) -> list[str]:
         elif not all(isinstance(c.get(k), str) and c.get(k) for k in ("evidence", "source", "notebook")):
             p.append(f"claims.{cid} needs evidence, source and notebook (non-empty strings)")
     for name, comp in data["comparisons"].items():
-        if not (isinstance(comp, dict) and isinstance(comp.get("ok"), bool) and isinstance(comp.get("detail"), str)
-                and isinstance(comp.get("lesson"), str) and _is_num(comp.get("seconds"))):
+        if not (
+            isinstance(comp, dict)
+            and isinstance(comp.get("ok"), bool)
+            and isinstance(comp.get("detail"), str)
+            and isinstance(comp.get("lesson"), str)
+            and _is_num(comp.get("seconds"))
+        ):
             p.append(f"comparisons.{name} needs lesson, ok (a bool), detail and seconds")
     for key, fig in data["figures"].items():
         if not _KEY.match(key):
             p.append(f"figures: key {key!r} must read area.quantity_unit")
-        elif not (isinstance(fig, dict) and _is_num(fig.get("value")) and isinstance(fig.get("unit"), str)
-                  and isinstance(fig.get("what"), str)):
+        elif not (
+            isinstance(fig, dict)
+            and _is_num(fig.get("value"))
+            and isinstance(fig.get("unit"), str)
+            and isinstance(fig.get("what"), str)
+        ):
             p.append(f"figures.{key} needs value (a finite number), unit and what")
         elif fig.get("comparison") not in data["comparisons"]:
             p.append(f"figures.{key}.comparison must name one of the record's comparisons")
     ran_clean = all(les["error"] == "" for les in data["lessons"].values() if isinstance(les, dict)) and all(
-        c.get("ok") for c in data["comparisons"].values() if isinstance(c, dict))
+        c.get("ok") for c in data["comparisons"].values() if isinstance(c, dict)
+    )
     if not p and data["complete"] and not ran_clean:
         p.append("complete is true but a lesson failed or a comparison did not agree")
     return p
@@ -199,8 +227,10 @@ def load_record(path: str | Path | None = None) -> GpuRecord | None:
         raise RecordError(f"{target}: not a readable JSON record ({err})") from None
     problems = validate(data)
     if problems:
-        raise RecordError(f"{target}: not a valid GPU record: {problems[0]}"
-                          + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
+        raise RecordError(
+            f"{target}: not a valid GPU record: {problems[0]}"
+            + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else "")
+        )
     if data["fixture"] and target.resolve() == package_record_file().resolve():
         raise RecordError(f"{target}: the package's record is a test fixture; delete it (fixtures live under tests/)")
     return GpuRecord(data, str(target))
@@ -227,9 +257,13 @@ def beside(key: str, here: float | str | None, unit: str, *, here_label: str | N
     mine = f"{_num(here)} {unit}" if _is_num(here) else str(here if here is not None else "not measured")
     rec = load_record()
     fig = rec.figure(key) if rec is not None else None
-    theirs = (f"recorded: {fig}" if fig is not None
-              else f"the GPU record ({rec.label}) has no {key!r}" if rec is not None
-              else "no GPU record in this copy of the course (`torchcontracts record` on a GPU writes one)")
+    theirs = (
+        f"recorded: {fig}"
+        if fig is not None
+        else f"the GPU record ({rec.label}) has no {key!r}"
+        if rec is not None
+        else "no GPU record in this copy of the course (`torchcontracts record` on a GPU writes one)"
+    )
     return f"{key}: this machine ({here_label}): {mine} | {theirs}"
 
 
@@ -240,11 +274,15 @@ def refusal() -> str | None:
 
     if not torch.cuda.is_available():
         build = "a CPU build" if not torch.version.cuda else f"a CUDA {torch.version.cuda} build, but no usable GPU"
-        return (f"record: no CUDA device here (torch {torch.__version__}, {build}): run it on a machine with an "
-                "NVIDIA GPU; nothing was written")
+        return (
+            f"record: no CUDA device here (torch {torch.__version__}, {build}): run it on a machine with an "
+            "NVIDIA GPU; nothing was written"
+        )
     try:
         a = torch.arange(16.0, device="cuda").reshape(4, 4)
-        ok = float((a @ a).sum().cpu()) == float((torch.arange(16.0).reshape(4, 4) @ torch.arange(16.0).reshape(4, 4)).sum())
+        ok = float((a @ a).sum().cpu()) == float(
+            (torch.arange(16.0).reshape(4, 4) @ torch.arange(16.0).reshape(4, 4)).sum()
+        )
     except Exception as err:
         return f"record: CUDA is available but a kernel failed ({type(err).__name__}): run `torchcontracts doctor`"
     return None if ok else "record: the GPU computed a wrong matmul: run `torchcontracts doctor`; nothing was written"
@@ -261,8 +299,12 @@ def _driver_version() -> str:
     import subprocess
 
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=20)
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
         return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else "unknown"
     except (OSError, subprocess.TimeoutExpired):
         return "unknown"
@@ -273,30 +315,62 @@ def device_info() -> dict[str, Any]:
     import torch
 
     props = torch.cuda.get_device_properties(0)
-    return {"name": props.name, "capability": f"{props.major}.{props.minor}", "driver": _driver_version(),
-            "cuda": str(torch.version.cuda or ""), "memory_gib": round(props.total_memory / 2**30, 1),
-            "count": torch.cuda.device_count()}
+    return {
+        "name": props.name,
+        "capability": f"{props.major}.{props.minor}",
+        "driver": _driver_version(),
+        "cuda": str(torch.version.cuda or ""),
+        "memory_gib": round(props.total_memory / 2**30, 1),
+        "count": torch.cuda.device_count(),
+    }
 
 
-def assemble(lessons: dict[str, dict[str, Any]], claims: dict[str, dict[str, str]],
-             comparisons: dict[str, dict[str, Any]], *, device: dict[str, Any], seconds: float, torch_version: str,
-             date: str | None = None, partial: bool = False) -> dict[str, Any]:
+def assemble(
+    lessons: dict[str, dict[str, Any]],
+    claims: dict[str, dict[str, str]],
+    comparisons: dict[str, dict[str, Any]],
+    *,
+    device: dict[str, Any],
+    seconds: float,
+    torch_version: str,
+    date: str | None = None,
+    partial: bool = False,
+) -> dict[str, Any]:
     """The record's JSON object from what the lessons and comparisons produced (``validate`` checks it)."""
-    figures = {key: {**fig, "comparison": name} for name, comp in comparisons.items()
-               for key, fig in comp.get("figures", {}).items()}
+    figures = {
+        key: {**fig, "comparison": name}
+        for name, comp in comparisons.items()
+        for key, fig in comp.get("figures", {}).items()
+    }
     clean = all(not les["error"] for les in lessons.values()) and all(c["ok"] for c in comparisons.values())
-    return {"schema": SCHEMA, "fixture": False, "date": date or time.strftime("%Y-%m-%d"), "complete": clean and not partial,
-            "seconds": round(seconds, 1), "budget_s": BUDGET_S, "device": device, "torch": torch_version,
-            "python": platform.python_version(), "lessons": lessons, "claims": claims, "comparisons": comparisons,
-            "figures": figures}
+    return {
+        "schema": SCHEMA,
+        "fixture": False,
+        "date": date or time.strftime("%Y-%m-%d"),
+        "complete": clean and not partial,
+        "seconds": round(seconds, 1),
+        "budget_s": BUDGET_S,
+        "device": device,
+        "torch": torch_version,
+        "python": platform.python_version(),
+        "lessons": lessons,
+        "claims": claims,
+        "comparisons": comparisons,
+        "figures": figures,
+    }
 
 
 def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """The options of ``torchcontracts record``."""
     p.add_argument("--out", help=f"where to write the record (default: the package's data/{RECORD_FILE})")
     p.add_argument("--only", nargs="*", help="lesson number prefixes (a partial record, marked incomplete)")
-    p.add_argument("--budget", type=float, default=BUDGET_S, metavar="SECONDS",
-                   help=f"stop starting lessons and comparisons after this long (default {BUDGET_S:.0f})")
+    p.add_argument(
+        "--budget",
+        type=float,
+        default=BUDGET_S,
+        metavar="SECONDS",
+        help=f"stop starting lessons and comparisons after this long (default {BUDGET_S:.0f})",
+    )
     p.add_argument("--cell-timeout", type=float, default=120, metavar="SECONDS", help="seconds one cell may run")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     return p
@@ -326,21 +400,34 @@ def run(args: argparse.Namespace) -> int:
     try:
         for path in notebooks:
             if time.monotonic() > deadline:
-                lessons[path.name] = {"seconds": 0.0, "error": f"not run: the {args.budget:.0f} s budget ran out",
-                                      "claims": 0}
+                lessons[path.name] = {
+                    "seconds": 0.0,
+                    "error": f"not run: the {args.budget:.0f} s budget ran out",
+                    "claims": 0,
+                }
                 continue
             bar.set_postfix_str(path.name)
             result = run_lesson(path, cell_timeout=args.cell_timeout, on_cell=lambda i, done: bar.update(1))
             for rec in result.records:
                 claims[rec["id"]] = {k: rec[k] for k in ("verdict", "evidence", "source", "notebook")}
-            lessons[path.name] = {"seconds": round(result.seconds, 1), "error": result.error,
-                                  "claims": len({r["id"] for r in result.records})}
+            lessons[path.name] = {
+                "seconds": round(result.seconds, 1),
+                "error": result.error,
+                "claims": len({r["id"] for r in result.records}),
+            }
     finally:
         bar.close()
     missing = gpu_checks.load_modules()
     comparisons = gpu_checks.run_all(deadline=deadline, progress=not args.quiet)
-    record = assemble(lessons, claims, comparisons, device=device_info(), seconds=time.monotonic() - start,
-                      torch_version=torch.__version__, partial=bool(args.only))
+    record = assemble(
+        lessons,
+        claims,
+        comparisons,
+        device=device_info(),
+        seconds=time.monotonic() - start,
+        torch_version=torch.__version__,
+        partial=bool(args.only),
+    )
     problems = validate(record)
     if problems:
         print(f"record: the record came out malformed ({problems[0]}); nothing was written: please report this")
@@ -348,14 +435,19 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else package_record_file()
     out.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     for name, les in lessons.items():
-        print(f"  {name}: {les['seconds']:.1f} s, {les['claims']} verdicts" + (f"; {les['error']}" if les["error"] else ""))
+        print(
+            f"  {name}: {les['seconds']:.1f} s, {les['claims']} verdicts"
+            + (f"; {les['error']}" if les["error"] else "")
+        )
     for name, comp in comparisons.items():
         print(f"  {name} (lesson {comp['lesson']}): {'ok' if comp['ok'] else 'NOT OK'}: {comp['detail']}")
     if missing:
         print(f"  not yet written, so not compared: {', '.join(missing)}")
-    print(f"record: {record['device']['name']} (capability {record['device']['capability']}), torch {torch.__version__}: "
-          f"{len(claims)} claims with a verdict, {sum(c['ok'] for c in comparisons.values())}/{len(comparisons)} "
-          f"comparisons ok, {len(record['figures'])} figures, {record['seconds']:.0f} s; wrote {out}")
+    print(
+        f"record: {record['device']['name']} (capability {record['device']['capability']}), torch {torch.__version__}: "
+        f"{len(claims)} claims with a verdict, {sum(c['ok'] for c in comparisons.values())}/{len(comparisons)} "
+        f"comparisons ok, {len(record['figures'])} figures, {record['seconds']:.0f} s; wrote {out}"
+    )
     if record["seconds"] > args.budget:
         print(f"record: took {record['seconds']:.0f} s, over the {args.budget:.0f} s budget: shrink the slowest lesson")
     clean = all(not les["error"] for les in lessons.values()) and all(c["ok"] for c in comparisons.values())
@@ -364,6 +456,9 @@ def run(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m torchcontracts.publish.record``, the same as ``torchcontracts record``."""
-    p = add_arguments(argparse.ArgumentParser(prog="torchcontracts record",
-                                              description="run every lesson and GPU comparison on CUDA; write the record"))
+    p = add_arguments(
+        argparse.ArgumentParser(
+            prog="torchcontracts record", description="run every lesson and GPU comparison on CUDA; write the record"
+        )
+    )
     return run(p.parse_args(argv))

@@ -13,7 +13,6 @@ import argparse
 import csv
 import dataclasses
 import html
-import importlib
 import re
 import shutil
 import time
@@ -40,7 +39,7 @@ def header_minutes(nb: Any) -> str:
 
 def title_of(nb: Any, fallback: str) -> str:
     """The first '# ' heading, without its lesson number ("00 · Start here: ..." -> "Start here: ...")."""
-    for line in (nb.cells[0].source.splitlines() if nb.cells else []):
+    for line in nb.cells[0].source.splitlines() if nb.cells else []:
         if line.startswith("# "):
             return re.sub(r"^\d\d\s*[·:.\-]?\s+", "", line[2:].strip())
     return fallback
@@ -77,20 +76,26 @@ class SiteReport:
 
 
 def _nav(prefix: str) -> str:
-    return (f'<a href="{prefix}index.html">Torch Contracts</a><a href="{prefix}index.html#map">Course map</a>'
-            f'<a href="{prefix}ledger.html">Claims ledger</a>')
+    return (
+        f'<a href="{prefix}index.html">Torch Contracts</a><a href="{prefix}index.html#map">Course map</a>'
+        f'<a href="{prefix}ledger.html">Claims ledger</a>'
+    )
 
 
 def _page(title: str, body: str) -> str:
-    style = ("body{font:15px/1.5 system-ui,sans-serif;margin:0;color:#222}main{max-width:1200px;margin:0 auto;"
-             "padding:16px 24px}table{border-collapse:collapse;width:100%;font-size:13px}th,td{border:1px solid "
-             "#ccd;padding:4px 6px;vertical-align:top;text-align:left}th{background:#eef}.tc-nav{background:#1f2d3d;"
-             "padding:6px 16px}.tc-nav a{color:#fff;margin-right:14px;text-decoration:none}"
-             ".v-true{background:#e3f4e3}.v-false{background:#fbe1e1}.v-partly{background:#fdf3d6}"
-             ".v-outdated{background:#ece3f7}.v-gpu-only{background:#e0eefb}.v-not-covered{color:#999}"
-             ".differs{outline:2px solid #d33}")
-    return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>"
-            f"<style>{style}</style></head><body><nav class=\"tc-nav\">{_nav('')}</nav><main>{body}</main></body></html>\n")
+    style = (
+        "body{font:15px/1.5 system-ui,sans-serif;margin:0;color:#222}main{max-width:1200px;margin:0 auto;"
+        "padding:16px 24px}table{border-collapse:collapse;width:100%;font-size:13px}th,td{border:1px solid "
+        "#ccd;padding:4px 6px;vertical-align:top;text-align:left}th{background:#eef}.tc-nav{background:#1f2d3d;"
+        "padding:6px 16px}.tc-nav a{color:#fff;margin-right:14px;text-decoration:none}"
+        ".v-true{background:#e3f4e3}.v-false{background:#fbe1e1}.v-partly{background:#fdf3d6}"
+        ".v-outdated{background:#ece3f7}.v-gpu-only{background:#e0eefb}.v-not-covered{color:#999}"
+        ".differs{outline:2px solid #d33}"
+    )
+    return (
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
+        f'<style>{style}</style></head><body><nav class="tc-nav">{_nav("")}</nav><main>{body}</main></body></html>\n'
+    )
 
 
 def _lab_points(stem: str) -> str:
@@ -124,10 +129,22 @@ def _ledger_rows(records: dict[str, dict[str, str]], built: set[str]) -> tuple[l
         else:
             r, origin = {}, ""
         gpu = rec.data["claims"].get(cid, {}) if rec else {}
-        rows.append({"id": cid, "topic": c.topic, "lesson": c.lesson, "claim": c.en, "seed words": c.zh,
-                     "verdict": r.get("verdict", "not covered"), "evidence": r.get("evidence", ""),
-                     "source": r.get("source", ""), "torch": r.get("torch", ""), "origin": origin,
-                     "cuda verdict": gpu.get("verdict", ""), "cuda evidence": gpu.get("evidence", "")})
+        rows.append(
+            {
+                "id": cid,
+                "topic": c.topic,
+                "lesson": c.lesson,
+                "claim": c.en,
+                "seed words": c.zh,
+                "verdict": r.get("verdict", "not covered"),
+                "evidence": r.get("evidence", ""),
+                "source": r.get("source", ""),
+                "torch": r.get("torch", ""),
+                "origin": origin,
+                "cuda verdict": gpu.get("verdict", ""),
+                "cuda evidence": gpu.get("evidence", ""),
+            }
+        )
     return rows, (rec.label if rec else ""), rec
 
 
@@ -142,15 +159,25 @@ def _ledger_page(rows: list[dict[str, str]], gpu_label: str) -> str:
     body = []
     for r in rows:
         differs = gpu_label and r["cuda verdict"] and r["cuda verdict"] != r["verdict"]
-        cells = "".join(f'<td class="v-{r[c].replace(" ", "-")}">{html.escape(r[c])}</td>' if c in ("verdict", "cuda verdict")
-                        else f"<td>{html.escape(r[c])}</td>" for c in cols)
+        cells = "".join(
+            f'<td class="v-{r[c].replace(" ", "-")}">{html.escape(r[c])}</td>'
+            if c in ("verdict", "cuda verdict")
+            else f"<td>{html.escape(r[c])}</td>"
+            for c in cols
+        )
         body.append(f'<tr id="{r["id"]}"{" class=differs" if differs else ""}>{cells}</tr>')
     summary = ", ".join(f"{html.escape(v)}: {n}" for v, n in counts.most_common())
-    gpu = (f"<p>CUDA verdicts from the GPU record: {html.escape(gpu_label)}; rows outlined in red differ by device.</p>"
-           if gpu_label else "<p>No GPU record in this copy of the course: <code>torchcontracts record</code> on a GPU adds one.</p>")
-    return _page("Claims ledger", f"<h1>The claims ledger</h1><p>{len(rows)} claims. {summary}.</p>{gpu}"
-                 f"<p>Download it as <a href=\"ledger.csv\">ledger.csv</a>.</p><table id=\"ledger\"><thead><tr>{head}"
-                 f"</tr></thead><tbody>{''.join(body)}</tbody></table>")
+    gpu = (
+        f"<p>CUDA verdicts from the GPU record: {html.escape(gpu_label)}; rows outlined in red differ by device.</p>"
+        if gpu_label
+        else "<p>No GPU record in this copy of the course: <code>torchcontracts record</code> on a GPU adds one.</p>"
+    )
+    return _page(
+        "Claims ledger",
+        f"<h1>The claims ledger</h1><p>{len(rows)} claims. {summary}.</p>{gpu}"
+        f'<p>Download it as <a href="ledger.csv">ledger.csv</a>.</p><table id="ledger"><thead><tr>{head}'
+        f"</tr></thead><tbody>{''.join(body)}</tbody></table>",
+    )
 
 
 def _index_page(lessons: list[dict[str, str]], rows: list[dict[str, str]], stamp: str) -> str:
@@ -158,11 +185,16 @@ def _index_page(lessons: list[dict[str, str]], rows: list[dict[str, str]], stamp
 
     trs = []
     for les in lessons:
-        lab = (f'<a href="{les["lab_href"]}">{html.escape(les["lab"])}</a> ({les["lab_points"]}), '
-               f'{les["lab_minutes"]} min' if les["lab_href"] else "-")
-        trs.append(f"<tr><td>{les['number']}</td><td><a href=\"{les['href']}\">{html.escape(les['title'])}</a> "
-                   f"(<a href=\"{les['ipynb']}\">.ipynb</a>)</td><td class=\"minutes\">{les['minutes']} min</td>"
-                   f"<td>{lab}</td><td>{html.escape(les['cuda'])}</td><td>{les['seconds']}</td></tr>")
+        lab = (
+            f'<a href="{les["lab_href"]}">{html.escape(les["lab"])}</a> ({les["lab_points"]}), {les["lab_minutes"]} min'
+            if les["lab_href"]
+            else "-"
+        )
+        trs.append(
+            f'<tr><td>{les["number"]}</td><td><a href="{les["href"]}">{html.escape(les["title"])}</a> '
+            f'(<a href="{les["ipynb"]}">.ipynb</a>)</td><td class="minutes">{les["minutes"]} min</td>'
+            f"<td>{lab}</td><td>{html.escape(les['cuda'])}</td><td>{les['seconds']}</td></tr>"
+        )
     counts = Counter(r["verdict"] for r in rows)
     covered = sum(n for v, n in counts.items() if v != "not covered")
     body = (
@@ -170,11 +202,12 @@ def _index_page(lessons: list[dict[str, str]], rows: list[dict[str, str]], stamp
         "Its raw material is four popular articles about PyTorch \u201ccontracts\u201d: 124 checkable claims, many of "
         "them wrong. Each lesson states a claim, measures what PyTorch really does, and asserts a verdict. These pages "
         f"show the lessons as executed for this site ({html.escape(stamp)}); run the notebooks to re-prove them on "
-        "your machine.</p><h2 id=\"map\">Course map</h2><table id=\"course-map\"><thead><tr><th>#</th><th>lesson</th>"
+        'your machine.</p><h2 id="map">Course map</h2><table id="course-map"><thead><tr><th>#</th><th>lesson</th>'
         "<th>time (from the notebook's header)</th><th>lab</th><th>CPU / CUDA</th><th>executed in (s)</th></tr></thead>"
         f"<tbody>{''.join(trs)}</tbody></table><h2>The claims ledger</h2><p>{covered} of {len(rows)} claims have a "
-        f"verdict: {', '.join(f'{v} {n}' for v, n in counts.most_common())}. <a href=\"ledger.html\">The whole ledger</a>."
-        "</p>")
+        f'verdict: {", ".join(f"{v} {n}" for v, n in counts.most_common())}. <a href="ledger.html">The whole ledger</a>.'
+        "</p>"
+    )
     return _page("Torch Contracts", body)
 
 
@@ -184,8 +217,12 @@ MARKER = ".torchcontracts-site"  # in OUT: the folder is a site this command bui
 def _claim_folder(root: Path, out: Path) -> None:
     """Refuse to write into the course itself or into a folder of something else; mark OUT as a site."""
     target, course = out.resolve(), root.resolve()
-    if target == course or target in course.parents or course in target.parents and target.name in (
-            "notebooks", "labs", "solutions", "helpers", "tests"):
+    if (
+        target == course
+        or target in course.parents
+        or course in target.parents
+        and target.name in ("notebooks", "labs", "solutions", "helpers", "tests")
+    ):
         raise SiteError(f"site: {out} is the course or one of its folders: pick a new folder, e.g. site/")
     if target.exists() and any(target.iterdir()) and not (target / MARKER).exists():
         raise SiteError(f"site: {out} is not empty and was not made by `torchcontracts site`: pick a new folder")
@@ -193,8 +230,15 @@ def _claim_folder(root: Path, out: Path) -> None:
     (target / MARKER).write_text("built by `torchcontracts site`; rebuilding replaces its pages\n", encoding="utf-8")
 
 
-def build_site(root: Path, out: Path, *, only: Sequence[str] | None = None, labs: bool = True, progress: bool = True,
-               cell_timeout: float = 120) -> SiteReport:
+def build_site(
+    root: Path,
+    out: Path,
+    *,
+    only: Sequence[str] | None = None,
+    labs: bool = True,
+    progress: bool = True,
+    cell_timeout: float = 120,
+) -> SiteReport:
     """Execute the lessons and write the site into ``out``; :class:`SiteError` names a lesson that fails."""
     import torch
     from tqdm.auto import tqdm
@@ -220,8 +264,10 @@ def build_site(root: Path, out: Path, *, only: Sequence[str] | None = None, labs
             bar.set_postfix_str(path.name)
             result = run_lesson(path, cell_timeout=cell_timeout, on_cell=lambda i, done: bar.update(1))
             if result.error or error_outputs(result.nb):
-                raise SiteError(f"site: {result.error or path.name + ' ' + ', '.join(error_outputs(result.nb))}: "
-                                "fix the lesson (or leave it out with --only) and build again")
+                raise SiteError(
+                    f"site: {result.error or path.name + ' ' + ', '.join(error_outputs(result.nb))}: "
+                    "fix the lesson (or leave it out with --only) and build again"
+                )
             records.update({r["id"]: r for r in result.records})
             report.lesson_seconds[path.name] = round(result.seconds, 1)
             nb = result.nb
@@ -233,10 +279,21 @@ def build_site(root: Path, out: Path, *, only: Sequence[str] | None = None, labs
             target.write_text(to_html(nb, title=f"{path.name[:2]} · {title}", nav=_nav("../")), encoding="utf-8")
             shutil.copy2(path, out / "lessons" / path.name)
             report.pages.append(target)
-            entries.append({"number": path.name[:2], "title": title, "href": f"lessons/{target.name}",
-                            "ipynb": f"lessons/{path.name}", "minutes": header_minutes(nb), "cuda": cuda_line(nb),
-                            "seconds": f"{result.seconds:.0f}", "lab": "", "lab_href": "", "lab_minutes": "",
-                            "lab_points": ""})
+            entries.append(
+                {
+                    "number": path.name[:2],
+                    "title": title,
+                    "href": f"lessons/{target.name}",
+                    "ipynb": f"lessons/{path.name}",
+                    "minutes": header_minutes(nb),
+                    "cuda": cuda_line(nb),
+                    "seconds": f"{result.seconds:.0f}",
+                    "lab": "",
+                    "lab_href": "",
+                    "lab_minutes": "",
+                    "lab_points": "",
+                }
+            )
     finally:
         bar.close()
     by_number = {e["number"]: e for e in entries}
@@ -251,8 +308,12 @@ def build_site(root: Path, out: Path, *, only: Sequence[str] | None = None, labs
         target.write_text(to_html(nb, title=f"{lab.stem} (student lab)", nav=_nav("../")), encoding="utf-8")
         shutil.copy2(lab, out / "labs" / lab.name)
         report.pages.append(target)
-        entry.update(lab=lab.stem, lab_href=f"labs/{target.name}", lab_minutes=header_minutes(nb),
-                     lab_points=_lab_points(lab.stem))
+        entry.update(
+            lab=lab.stem,
+            lab_href=f"labs/{target.name}",
+            lab_minutes=header_minutes(nb),
+            lab_points=_lab_points(lab.stem),
+        )
     rows, gpu_label, _ = _ledger_rows(records, {p.name for p in lessons})
     with open(out / "ledger.csv", "w", newline="", encoding="utf-8") as fh:
         writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
@@ -273,13 +334,21 @@ def run(args: argparse.Namespace) -> int:
     from torchcontracts.labs.format import find_root
 
     try:
-        report = build_site(find_root(), Path(args.out), only=args.only, labs=not args.no_labs,
-                            progress=not args.quiet, cell_timeout=args.cell_timeout)
+        report = build_site(
+            find_root(),
+            Path(args.out),
+            only=args.only,
+            labs=not args.no_labs,
+            progress=not args.quiet,
+            cell_timeout=args.cell_timeout,
+        )
     except (SiteError, FileNotFoundError) as err:
         print(err)
         return 1
     for name, secs in report.lesson_seconds.items():
         print(f"  {name}: {secs:.1f} s")
-    print(f"site: {len(report.pages)} pages in {args.out} ({report.bytes / 1e6:.1f} MB), built in {report.seconds:.0f} s; "
-          f"open {Path(args.out) / 'index.html'}")
+    print(
+        f"site: {len(report.pages)} pages in {args.out} ({report.bytes / 1e6:.1f} MB), built in {report.seconds:.0f} s; "
+        f"open {Path(args.out) / 'index.html'}"
+    )
     return 0

@@ -16,20 +16,49 @@ from typing import Any
 
 from torchcontracts.labs.format import BEGIN_HIDDEN, BEGIN_SOLUTION, END_HIDDEN, END_SOLUTION
 
-__all__ = ["FORBIDDEN_MARKERS", "SiteError", "WIDGET_NOTE", "error_outputs", "guard", "static_widgets", "strip_noise",
-           "to_html"]
+__all__ = [
+    "FORBIDDEN_MARKERS",
+    "SiteError",
+    "WIDGET_NOTE",
+    "error_outputs",
+    "guard",
+    "static_widgets",
+    "strip_noise",
+    "to_html",
+]
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 FORBIDDEN_MARKERS = (BEGIN_SOLUTION, END_SOLUTION, BEGIN_HIDDEN, END_HIDDEN)  # the lab format's own markers
 WIDGET_NOTE = "interactive widget, shown in its last state: run the notebook to use it"
 _NOISE = re.compile(r"^USDT:.*SyncActivityProfilerHandler\.cpp:\d+\] profiler_(start|stop)\n?", re.M)
-_BOXES = {"VBoxModel": "column", "BoxModel": "column", "GridBoxModel": "row", "HBoxModel": "row",
-          "AccordionModel": "column", "TabModel": "column", "StackModel": "column"}
+_BOXES = {
+    "VBoxModel": "column",
+    "BoxModel": "column",
+    "GridBoxModel": "row",
+    "HBoxModel": "row",
+    "AccordionModel": "column",
+    "TabModel": "column",
+    "StackModel": "column",
+}
 _CHOICE = {"DropdownModel", "SelectModel", "RadioButtonsModel", "ToggleButtonsModel", "SelectionSliderModel"}
-_VALUE = {"IntSliderModel", "FloatSliderModel", "FloatLogSliderModel", "IntTextModel", "FloatTextModel",
-          "BoundedIntTextModel", "BoundedFloatTextModel", "TextModel", "TextareaModel", "IntProgressModel",
-          "FloatProgressModel", "IntRangeSliderModel", "FloatRangeSliderModel", "DatePickerModel", "ColorPickerModel"}
+_VALUE = {
+    "IntSliderModel",
+    "FloatSliderModel",
+    "FloatLogSliderModel",
+    "IntTextModel",
+    "FloatTextModel",
+    "BoundedIntTextModel",
+    "BoundedFloatTextModel",
+    "TextModel",
+    "TextareaModel",
+    "IntProgressModel",
+    "FloatProgressModel",
+    "IntRangeSliderModel",
+    "FloatRangeSliderModel",
+    "DatePickerModel",
+    "ColorPickerModel",
+}
 
 
 class SiteError(RuntimeError):
@@ -42,14 +71,21 @@ def guard(nb: Any, name: str) -> None:
         role = (cell.get("metadata", {}).get("torchcontracts") or {}).get("role", "")
         marker = next((m for m in FORBIDDEN_MARKERS if m in cell.source), None)
         if role == "hidden-check" or marker:
-            raise SiteError(f"site: {name} cell {i} holds {marker or 'a hidden check'}: publish labs/ "
-                            "(built by `torchcontracts labs build`), never solutions/")
+            raise SiteError(
+                f"site: {name} cell {i} holds {marker or 'a hidden check'}: publish labs/ "
+                "(built by `torchcontracts labs build`), never solutions/"
+            )
 
 
 def error_outputs(nb: Any) -> list[str]:
     """``"cell 12: ValueError"`` for every error output of an executed notebook."""
-    return [f"cell {i}: {o.get('ename', 'error')}" for i, c in enumerate(nb.cells, 1) if c.cell_type == "code"
-            for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    return [
+        f"cell {i}: {o.get('ename', 'error')}"
+        for i, c in enumerate(nb.cells, 1)
+        if c.cell_type == "code"
+        for o in c.get("outputs", [])
+        if o.get("output_type") == "error"
+    ]
 
 
 def strip_noise(nb: Any) -> None:
@@ -68,7 +104,7 @@ def strip_noise(nb: Any) -> None:
 
 
 def _ref(value: Any) -> str:
-    return value[len("IPY_MODEL_"):] if isinstance(value, str) and value.startswith("IPY_MODEL_") else ""
+    return value[len("IPY_MODEL_") :] if isinstance(value, str) and value.startswith("IPY_MODEL_") else ""
 
 
 def _render_outputs(outputs: list[dict[str, Any]]) -> str:
@@ -134,9 +170,10 @@ def static_widgets(nb: Any) -> int:
             if view is None:
                 continue
             body = _render(view.get("model_id", ""), models) or "<i>(the widget's state was not saved)</i>"
-            out["data"] = {"text/html": f'<div class="tc-static-widget">{body}'
-                                        f'<div class="tc-w-note">{WIDGET_NOTE}</div></div>',
-                           "text/plain": out["data"].get("text/plain", "")}
+            out["data"] = {
+                "text/html": f'<div class="tc-static-widget">{body}<div class="tc-w-note">{WIDGET_NOTE}</div></div>',
+                "text/plain": out["data"].get("text/plain", ""),
+            }
             count += 1
     nb.metadata.pop("widgets", None)
     return count

@@ -46,27 +46,62 @@ def compare_value(name: str, actual: Any, expected: Any) -> Comparison:
             hint = ": convert with bool(...)" if kind in ("Tensor", "bool_") else ""
             return Comparison.plain(name, False, f"expected a Python bool, got {kind}{hint}", dtype=kind)
         ok = actual == expected
-        return Comparison.plain(name, ok, "exact" if ok else "wrong answer", dtype="bool",
-                                expected=None if ok else expected, got=None if ok else actual)
+        return Comparison.plain(
+            name,
+            ok,
+            "exact" if ok else "wrong answer",
+            dtype="bool",
+            expected=None if ok else expected,
+            got=None if ok else actual,
+        )
     if not isinstance(actual, tuple):
         hint = ": return tuple(...)" if isinstance(actual, list) else ""
-        return Comparison.plain(name, False, f"expected a tuple of ints, got a {kind}{hint}", dtype=kind,
-                                expected=tuple(expected), got=actual)
+        return Comparison.plain(
+            name,
+            False,
+            f"expected a tuple of ints, got a {kind}{hint}",
+            dtype=kind,
+            expected=tuple(expected),
+            got=actual,
+        )
     odd = [v for v in actual if not _is_int(v)]
     if odd:
-        return Comparison.plain(name, False, f"expected Python ints, got a {type(odd[0]).__name__}: convert with int(...)",
-                                dtype=type(odd[0]).__name__)
+        return Comparison.plain(
+            name,
+            False,
+            f"expected Python ints, got a {type(odd[0]).__name__}: convert with int(...)",
+            dtype=type(odd[0]).__name__,
+        )
     got, want = tuple(actual), tuple(expected)
     if len(got) != len(want):
-        return Comparison(name, False, f"{len(got)} != {len(want)}", "int", str(got), math.nan,
-                          "wrong length: one stride per dim", str(want), str(got))
+        return Comparison(
+            name,
+            False,
+            f"{len(got)} != {len(want)}",
+            "int",
+            str(got),
+            math.nan,
+            "wrong length: one stride per dim",
+            str(want),
+            str(got),
+        )
     ok = got == want
     diff = float(max((abs(a - b) for a, b in zip(got, want)), default=0))
-    return Comparison(name, ok, str(len(got)), "int", str(got), diff, "exact" if ok else "values differ",
-                      "" if ok else str(want), "" if ok else str(got))
+    return Comparison(
+        name,
+        ok,
+        str(len(got)),
+        "int",
+        str(got),
+        diff,
+        "exact" if ok else "values differ",
+        "" if ok else str(want),
+        "" if ok else str(got),
+    )
 
 
 # --- t1 contiguous_strides ------------------------------------------------------------
+
 
 def _t1_cases(seed: int) -> list[Case]:
     return [Case(f"shape {s}", (s,)) for s in [(2, 3, 4), (5,), (4, 1, 3)]]
@@ -82,6 +117,7 @@ def _t1_judge(case: Case, out: Any) -> list[Comparison]:
 
 
 # --- t2 is_contiguous -----------------------------------------------------------------
+
 
 def _t2_cases(seed: int) -> list[Case]:
     pairs = [((2, 3, 4), (12, 4, 1)), ((3, 2), (1, 3)), ((2, 3), (0, 1)), ((2, 2), (3, 1)), ((6,), (1,))]
@@ -99,6 +135,7 @@ def _t2_judge(case: Case, out: Any) -> list[Comparison]:
 
 
 # --- t3 sliding_windows ---------------------------------------------------------------
+
 
 def _t3_cases(seed: int) -> list[Case]:
     return [
@@ -123,6 +160,7 @@ def _t3_judge(case: Case, out: Any) -> list[Comparison]:
 
 # --- t4 im2col ------------------------------------------------------------------------
 
+
 def _t4_cases(seed: int) -> list[Case]:
     return [
         Case("(1, 4, 4), k 2", (torch.arange(16.0).reshape(1, 4, 4), 2)),
@@ -131,8 +169,12 @@ def _t4_cases(seed: int) -> list[Case]:
 
 
 def _t4_view_cases(seed: int) -> list[Case]:
-    return [Case("arange(40.).reshape(2, 5, 4)[1:].transpose(1, 2) (offset 20), k 2",
-                 (torch.arange(40.0).reshape(2, 5, 4)[1:].transpose(1, 2), 2))]
+    return [
+        Case(
+            "arange(40.).reshape(2, 5, 4)[1:].transpose(1, 2) (offset 20), k 2",
+            (torch.arange(40.0).reshape(2, 5, 4)[1:].transpose(1, 2), 2),
+        )
+    ]
 
 
 def _t4_judge(case: Case, out: Any) -> list[Comparison]:
@@ -141,6 +183,7 @@ def _t4_judge(case: Case, out: Any) -> list[Comparison]:
 
 
 # --- t5 diagonal_view -----------------------------------------------------------------
+
 
 def _t5_cases(seed: int) -> list[Case]:
     return [

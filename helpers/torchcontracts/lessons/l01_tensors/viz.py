@@ -30,8 +30,9 @@ def offsets(t: torch.Tensor) -> dict[Index, int]:
     offset(i) = storage_offset + sum(i[d] * stride[d]): the whole contract of a strided tensor.
     """
     base, strides = t.storage_offset(), t.stride()
-    return {idx: base + sum(i * s for i, s in zip(idx, strides))
-            for idx in itertools.product(*(range(n) for n in t.shape))}
+    return {
+        idx: base + sum(i * s for i, s in zip(idx, strides)) for idx in itertools.product(*(range(n) for n in t.shape))
+    }
 
 
 def _grid_shape(shape: tuple[int, ...]) -> tuple[int, int]:
@@ -42,8 +43,10 @@ def _grid_shape(shape: tuple[int, ...]) -> tuple[int, int]:
 
 
 def _title(t: torch.Tensor) -> str:
-    return (f"shape {tuple(t.shape)}  stride {tuple(t.stride())}  offset {t.storage_offset()}"
-            f"  contiguous {t.is_contiguous()}")
+    return (
+        f"shape {tuple(t.shape)}  stride {tuple(t.stride())}  offset {t.storage_offset()}"
+        f"  contiguous {t.is_contiguous()}"
+    )
 
 
 def draw_strides(t: torch.Tensor, ax: Any = None, *, title: str | None = None) -> Any:
@@ -62,8 +65,12 @@ def draw_strides(t: torch.Tensor, ax: Any = None, *, title: str | None = None) -
         import matplotlib.pyplot as plt
 
         r, c = _grid_shape(tuple(t.shape))
-        _, ax = plt.subplots(figsize=(min(12.0, 2.0 + 0.5 * max(c, t.untyped_storage().nbytes() // t.element_size())),
-                                      1.4 + 0.5 * (r + 2)))
+        _, ax = plt.subplots(
+            figsize=(
+                min(12.0, 2.0 + 0.5 * max(c, t.untyped_storage().nbytes() // t.element_size())),
+                1.4 + 0.5 * (r + 2),
+            )
+        )
     mapping = offsets(t)
     storage_len = t.untyped_storage().nbytes() // max(t.element_size(), 1)
     end = max((o + 1 for o in mapping.values()), default=0)
@@ -82,13 +89,30 @@ def draw_strides(t: torch.Tensor, ax: Any = None, *, title: str | None = None) -
         y = top + (rows - 1 - r)
         ax.add_patch(Rectangle((c, y), 1, 1, facecolor=colour, alpha=0.35, edgecolor="black"))
         ax.text(c + 0.5, y + 0.72, ",".join(map(str, idx)), ha="center", va="center", fontsize=6)
-        ax.text(c + 0.5, y + 0.3, str(off), ha="center", va="center", fontsize=9, weight="bold",
-                gid=f"offset:{','.join(map(str, idx))}")
+        ax.text(
+            c + 0.5,
+            y + 0.3,
+            str(off),
+            ha="center",
+            va="center",
+            fontsize=9,
+            weight="bold",
+            gid=f"offset:{','.join(map(str, idx))}",
+        )
     # storage strip, bottom
     for k in range(shown):
         seen = k in colour_of
-        ax.add_patch(Rectangle((k, 0), 1, 1, facecolor=colour_of.get(k, "white"), alpha=0.6 if seen else 1.0,
-                               edgecolor="black", gid=f"cell:{k}:{'seen' if seen else 'unseen'}"))
+        ax.add_patch(
+            Rectangle(
+                (k, 0),
+                1,
+                1,
+                facecolor=colour_of.get(k, "white"),
+                alpha=0.6 if seen else 1.0,
+                edgecolor="black",
+                gid=f"cell:{k}:{'seen' if seen else 'unseen'}",
+            )
+        )
         ax.text(k + 0.5, 0.5, str(k), ha="center", va="center", fontsize=8, gid=f"storage:{k}")
     ax.text(-0.2, 0.5, "storage", ha="right", va="center", fontsize=9)
     ax.text(-0.2, top + rows / 2, "tensor\n[index]\noffset", ha="right", va="center", fontsize=9)
@@ -118,7 +142,11 @@ OPS: dict[str, Op] = {
 }
 
 SHAPES: dict[str, tuple[int, ...]] = {
-    "(6,)": (6,), "(2, 3)": (2, 3), "(3, 4)": (3, 4), "(4, 4)": (4, 4), "(2, 2, 3)": (2, 2, 3),
+    "(6,)": (6,),
+    "(2, 3)": (2, 3),
+    "(3, 4)": (3, 4),
+    "(4, 4)": (4, 4),
+    "(2, 2, 3)": (2, 2, 3),
 }
 
 
@@ -135,9 +163,11 @@ class Exploration:
 
     def summary(self) -> str:
         share = "yes (a view)" if self.shares_storage else "no (a copy)"
-        return (f"x = torch.arange({self.base.numel()}).reshape{tuple(self.base.shape)}; y = {_expr(self.op)}\n"
-                f"y.shape {tuple(self.result.shape)} | y.stride() {self.strides} | offset "
-                f"{self.result.storage_offset()} | y.is_contiguous() {self.contiguous} | shares x's storage: {share}")
+        return (
+            f"x = torch.arange({self.base.numel()}).reshape{tuple(self.base.shape)}; y = {_expr(self.op)}\n"
+            f"y.shape {tuple(self.result.shape)} | y.stride() {self.strides} | offset "
+            f"{self.result.storage_offset()} | y.is_contiguous() {self.contiguous} | shares x's storage: {share}"
+        )
 
 
 def _expr(op: str) -> str:

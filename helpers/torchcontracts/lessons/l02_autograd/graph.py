@@ -88,7 +88,7 @@ def _saved_of(fn: Any) -> tuple[Saved, ...]:
     out: list[Saved] = []
     names = [a for a in dir(fn) if a.startswith("_saved_")]
     for attr in names:
-        name = attr[len("_saved_"):]
+        name = attr[len("_saved_") :]
         try:
             value = getattr(fn, attr)
         except RuntimeError:  # freed by a backward without retain_graph
@@ -122,11 +122,19 @@ def graph_nodes(tensor: torch.Tensor, params: Mapping[str, torch.Tensor] | None 
     root = GraphNode(0, "output", "output", 0, shape=tuple(tensor.shape))
     if tensor.grad_fn is None:
         if tensor.requires_grad:  # a leaf: its only node is the AccumulateGrad that backward would reach
-            leaf = GraphNode(1, "leaf", "AccumulateGrad", 1, shape=tuple(tensor.shape),
-                             grad=_grad_text(tensor), label=names.get(id(tensor), ""))
+            leaf = GraphNode(
+                1,
+                "leaf",
+                "AccumulateGrad",
+                1,
+                shape=tuple(tensor.shape),
+                grad=_grad_text(tensor),
+                label=names.get(id(tensor), ""),
+            )
             return BackwardGraph([root, leaf], [Edge(0, 1)])
-        return BackwardGraph([root, GraphNode(1, "no-graph", "no graph: grad_fn is None,\nrequires_grad=False", 1)],
-                             [Edge(0, 1)])
+        return BackwardGraph(
+            [root, GraphNode(1, "no-graph", "no graph: grad_fn is None,\nrequires_grad=False", 1)], [Edge(0, 1)]
+        )
     # Discover nodes depth-first, keeping Python references so id() stays unique during the walk.
     ids: dict[int, int] = {}
     fns: list[Any] = []
@@ -171,8 +179,17 @@ def graph_nodes(tensor: torch.Tensor, params: Mapping[str, torch.Tensor] | None 
         k = id(fn)
         var = getattr(fn, "variable", None)
         if isinstance(var, torch.Tensor):
-            nodes.append(GraphNode(ids[k], "leaf", "AccumulateGrad", depth[k], shape=tuple(var.shape),
-                                   grad=_grad_text(var), label=names.get(id(var), "")))
+            nodes.append(
+                GraphNode(
+                    ids[k],
+                    "leaf",
+                    "AccumulateGrad",
+                    depth[k],
+                    shape=tuple(var.shape),
+                    grad=_grad_text(var),
+                    label=names.get(id(var), ""),
+                )
+            )
         else:
             nodes.append(GraphNode(ids[k], "op", type(fn).__name__, depth[k], saved=_saved_of(fn)))
         edges += [Edge(ids[k], ids[c]) for c in children[k]]
@@ -190,8 +207,11 @@ def _layout(graph: BackwardGraph) -> dict[int, tuple[float, float]]:
     pos: dict[int, tuple[float, float]] = {}
     for d in sorted(rows):
         row = rows[d]
-        key = {n.id: sum(pos[p][0] for p in parents.get(n.id, []) if p in pos) /
-               max(1, sum(p in pos for p in parents.get(n.id, []))) for n in row}
+        key = {
+            n.id: sum(pos[p][0] for p in parents.get(n.id, []) if p in pos)
+            / max(1, sum(p in pos for p in parents.get(n.id, [])))
+            for n in row
+        }
         row.sort(key=lambda n: (key[n.id], n.id))
         for i, n in enumerate(row):
             pos[n.id] = (i - (len(row) - 1) / 2, -float(d))
@@ -201,8 +221,9 @@ def _layout(graph: BackwardGraph) -> dict[int, tuple[float, float]]:
 _COLORS = {"output": "#dbe9f6", "op": "#f3f3f3", "leaf": "#d8f0d2", "no-graph": "#fde2e2"}
 
 
-def draw_graph(tensor: torch.Tensor, ax: Any = None, params: Mapping[str, torch.Tensor] | None = None,
-               title: str | None = None) -> Any:
+def draw_graph(
+    tensor: torch.Tensor, ax: Any = None, params: Mapping[str, torch.Tensor] | None = None, title: str | None = None
+) -> Any:
     """Draw ``tensor``'s backward graph on ``ax`` (a new figure if None) and return the figure.
 
     Boxes: the tensor (blue), backward nodes with their saved tensors (grey), leaves as
@@ -221,11 +242,25 @@ def draw_graph(tensor: torch.Tensor, ax: Any = None, params: Mapping[str, torch.
     boxes = {}
     for n in graph.nodes:
         x, y = pos[n.id]
-        boxes[n.id] = ax.text(x, y, n.text(), ha="center", va="center", fontsize=8, family="monospace",
-                              bbox={"boxstyle": "round,pad=0.3", "fc": _COLORS[n.kind], "ec": "#777777"})
+        boxes[n.id] = ax.text(
+            x,
+            y,
+            n.text(),
+            ha="center",
+            va="center",
+            fontsize=8,
+            family="monospace",
+            bbox={"boxstyle": "round,pad=0.3", "fc": _COLORS[n.kind], "ec": "#777777"},
+        )
     for e in graph.edges:  # anchored to the boxes, so arrows end at their edges whatever their height
-        ax.annotate("", xy=(0.5, 1.0), xycoords=boxes[e.dst], xytext=(0.5, 0.0), textcoords=boxes[e.src],
-                    arrowprops={"arrowstyle": "->", "color": "#555555", "lw": 1.0, "shrinkA": 5, "shrinkB": 5})
+        ax.annotate(
+            "",
+            xy=(0.5, 1.0),
+            xycoords=boxes[e.dst],
+            xytext=(0.5, 0.0),
+            textcoords=boxes[e.src],
+            arrowprops={"arrowstyle": "->", "color": "#555555", "lw": 1.0, "shrinkA": 5, "shrinkB": 5},
+        )
     xs = [p[0] for p in pos.values()]
     ax.set_xlim(min(xs) - 0.8, max(xs) + 0.8)
     ax.set_ylim(-height + 0.4, 0.6)

@@ -22,9 +22,21 @@ from torch.autograd.gradcheck import GradcheckError
 from torchcontracts.checks import Case, Check, Comparison, LabSpec, Task, compare
 
 __all__ = [
-    "build_mlp", "lab", "judge_double_backward", "judge_monitor", "judge_passed", "make_backward_judge",
-    "ref_clip_grad", "ref_linear", "ref_logsumexp", "ref_sign_ste", "run_backward", "run_double_backward",
-    "run_gradcheck", "run_gradgradcheck", "run_monitor",
+    "build_mlp",
+    "lab",
+    "judge_double_backward",
+    "judge_monitor",
+    "judge_passed",
+    "make_backward_judge",
+    "ref_clip_grad",
+    "ref_linear",
+    "ref_logsumexp",
+    "ref_sign_ste",
+    "run_backward",
+    "run_double_backward",
+    "run_gradcheck",
+    "run_gradgradcheck",
+    "run_monitor",
 ]
 
 NO_GRAD = "no gradient"  # what a driver returns for a float input whose .grad stayed None
@@ -32,6 +44,7 @@ Result = dict[str, Any]
 
 
 # --- drivers: run in the learner's kernel, return plain data --------------------------------
+
 
 def _fresh(a: Any) -> Any:
     """A floating tensor becomes a fresh leaf that requires grad; anything else passes as is."""
@@ -57,8 +70,11 @@ def run_backward(fn: Callable[..., Any], case: Case) -> Result:
     result["node"] = _node(out)
     if isinstance(out, torch.Tensor) and out.requires_grad:
         out.backward(grad_out)
-    result["grads"] = [(a.grad.detach().clone() if a.grad is not None else NO_GRAD)
-                       for a in inputs if isinstance(a, torch.Tensor) and a.is_floating_point()]
+    result["grads"] = [
+        (a.grad.detach().clone() if a.grad is not None else NO_GRAD)
+        for a in inputs
+        if isinstance(a, torch.Tensor) and a.is_floating_point()
+    ]
     result["inputs_after"] = _snapshot(inputs)
     return result
 
@@ -136,8 +152,10 @@ def _hooks_left(model: torch.nn.Module) -> int:
     for p in model.parameters():
         n += len(getattr(p, "_backward_hooks", None) or {}) + len(getattr(p, "_post_accumulate_grad_hooks", None) or {})
     for m in model.modules():
-        n += sum(len(getattr(m, a, None) or {}) for a in
-                 ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks"))
+        n += sum(
+            len(getattr(m, a, None) or {})
+            for a in ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+        )
     return n
 
 
@@ -152,17 +170,22 @@ def run_monitor(fn: Callable[..., Any], case: Case) -> Result:
     out: dict[str, Any] = {}
     if isinstance(norms, dict):
         for k, v in norms.items():
-            out[str(k)] = v.detach().clone() if isinstance(v, torch.Tensor) else (v if isinstance(v, (int, float)) else str(v))
+            out[str(k)] = (
+                v.detach().clone() if isinstance(v, torch.Tensor) else (v if isinstance(v, (int, float)) else str(v))
+            )
     return {"norms": out if isinstance(norms, dict) else f"a {type(norms).__name__}", "hooks_left": _hooks_left(model)}
 
 
 # --- references and judges: run in the grader's process, plain torch only ------------------
 
+
 def _leaves(args: Sequence[Any]) -> list[Any]:
     return [_fresh(a) for a in args]
 
 
-def _reference(f: Callable[..., torch.Tensor], args: Sequence[Any], grad_out: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+def _reference(
+    f: Callable[..., torch.Tensor], args: Sequence[Any], grad_out: torch.Tensor
+) -> tuple[torch.Tensor, list[torch.Tensor]]:
     inputs = _leaves(args)
     out = f(*inputs)
     out.backward(grad_out)
@@ -193,12 +216,24 @@ def _node_rows(result: dict[str, Any]) -> list[Comparison]:
     node = str(result.get("node", "none"))
     if node.startswith("custom:") or node == "none":  # "none" is reported by the gradient rows
         return []
-    return [Comparison.plain("grad_fn", False, f"the output's grad_fn is {node}, a built-in op: compute it in your autograd.Function "
-                       "and return Function.apply(...)")]
+    return [
+        Comparison.plain(
+            "grad_fn",
+            False,
+            f"the output's grad_fn is {node}, a built-in op: compute it in your autograd.Function "
+            "and return Function.apply(...)",
+        )
+    ]
 
 
-def _backward_rows(result: Any, ref_out: torch.Tensor, ref_grads: list[torch.Tensor], names: Sequence[str],
-                   args: Sequence[Any], tol: float) -> list[Comparison]:
+def _backward_rows(
+    result: Any,
+    ref_out: torch.Tensor,
+    ref_grads: list[torch.Tensor],
+    names: Sequence[str],
+    args: Sequence[Any],
+    tol: float,
+) -> list[Comparison]:
     if not isinstance(result, dict) or "grads" not in result:
         return _not_a_result(result, type(result).__name__)
     out = result["out"]
@@ -208,10 +243,17 @@ def _backward_rows(result: Any, ref_out: torch.Tensor, ref_grads: list[torch.Ten
     rows += _node_rows(result)
     grads = result["grads"]
     if not isinstance(grads, (list, tuple)):
-        return rows + [Comparison.plain("grads", False, "the check's driver returned no gradient list: rerun the cell",
-                                        got=grads)]
+        return rows + [
+            Comparison.plain("grads", False, "the check's driver returned no gradient list: rerun the cell", got=grads)
+        ]
     if all(g == NO_GRAD for g in grads if isinstance(g, str)) and all(isinstance(g, str) for g in grads):
-        rows.append(Comparison.plain("grads", False, "no gradient reached the inputs: call your Function with .apply(...) and return its output"))
+        rows.append(
+            Comparison.plain(
+                "grads",
+                False,
+                "no gradient reached the inputs: call your Function with .apply(...) and return its output",
+            )
+        )
         return rows
     for name, g, want in zip(names, grads, ref_grads):
         if isinstance(g, str):
@@ -222,24 +264,34 @@ def _backward_rows(result: Any, ref_out: torch.Tensor, ref_grads: list[torch.Ten
     before = [a for a in args if isinstance(a, torch.Tensor)]
     for a, b in zip(after, before):
         if a.shape != b.shape or not torch.equal(a, b):
-            rows.append(Comparison.plain("inputs", False, "your Function changed an input in place: work on a copy (x - m, not x.sub_(m))"))
+            rows.append(
+                Comparison.plain(
+                    "inputs", False, "your Function changed an input in place: work on a copy (x - m, not x.sub_(m))"
+                )
+            )
             break
     return rows
 
 
-def make_backward_judge(ref: Callable[..., torch.Tensor], names: Sequence[str], tol: float = 1e-9,
-                        grad_rule: Callable[..., list[torch.Tensor]] | None = None) -> Callable[[Case, Any], list[Comparison]]:
+def make_backward_judge(
+    ref: Callable[..., torch.Tensor],
+    names: Sequence[str],
+    tol: float = 1e-9,
+    grad_rule: Callable[..., list[torch.Tensor]] | None = None,
+) -> Callable[[Case, Any], list[Comparison]]:
     """A judge for ``run_backward``: the learner's output and gradients against ``ref``'s autograd.
 
     ``grad_rule(*args, grad_out)`` replaces autograd's gradients when the Function's backward is a
     deliberate rule (clipping, straight-through) rather than the true derivative.
     """
+
     def judge(case: Case, result: Any) -> list[Comparison]:
         *args, grad_out = case.args
         ref_out, ref_grads = _reference(ref, args, grad_out)
         if grad_rule is not None:
             ref_grads = grad_rule(*args, grad_out)
         return _backward_rows(result, ref_out, ref_grads, names, args, tol)
+
     return judge
 
 
@@ -265,7 +317,9 @@ def judge_double_backward(case: Case, result: Any, tol: float = 1e-7) -> list[Co
     rows = [compare("output", result["out"], out.detach(), atol=tol, rtol=tol)]
     rows += _node_rows(result)
     if "grad" not in result:
-        rows.append(Comparison.plain("grad", False, "the output does not require grad: call your Function with .apply(...)"))
+        rows.append(
+            Comparison.plain("grad", False, "the output does not require grad: call your Function with .apply(...)")
+        )
         return rows
     rows.append(compare("grad", result["grad"], g.detach(), atol=tol, rtol=tol))
     g2_out = result.get("grad2")
@@ -291,7 +345,11 @@ def judge_monitor(case: Case, result: Any, tol: float = 1e-6) -> list[Comparison
     missing = sorted(set(want) - set(norms))
     extra = sorted(set(norms) - set(want))
     if missing or extra:
-        rows.append(Comparison.plain("names", False, f"keys should be model.named_parameters() names; missing {missing}, unexpected {extra}"))
+        rows.append(
+            Comparison.plain(
+                "names", False, f"keys should be model.named_parameters() names; missing {missing}, unexpected {extra}"
+            )
+        )
     for name in sorted(set(want) & set(norms)):
         got = norms[name]
         if isinstance(got, (int, float)) and not isinstance(got, bool):
@@ -301,11 +359,16 @@ def judge_monitor(case: Case, result: Any, tol: float = 1e-6) -> list[Comparison
         rows.append(compare(f"norm {name}", got, want[name], atol=tol, rtol=tol))
     left = result.get("hooks_left", 0)
     if left:
-        rows.append(Comparison.plain("hooks", False, f"{left} hook(s) still registered after the call: keep the handles and .remove() them"))
+        rows.append(
+            Comparison.plain(
+                "hooks", False, f"{left} hook(s) still registered after the call: keep the handles and .remove() them"
+            )
+        )
     return rows
 
 
 # --- cases ---------------------------------------------------------------------------------
+
 
 def _g(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
@@ -317,7 +380,10 @@ def _randn(*shape: int, seed: int, dtype: torch.dtype = torch.float64) -> torch.
 
 def _t1_cases(seed: int) -> list[Case]:
     return [
-        Case("x (4, 3), w (2, 3), b (2,)", (_randn(4, 3, seed=1), _randn(2, 3, seed=2), _randn(2, seed=3), _randn(4, 2, seed=4))),
+        Case(
+            "x (4, 3), w (2, 3), b (2,)",
+            (_randn(4, 3, seed=1), _randn(2, 3, seed=2), _randn(2, seed=3), _randn(4, 2, seed=4)),
+        ),
         Case("x (2, 5), w (3, 5), no bias", (_randn(2, 5, seed=5), _randn(3, 5, seed=6), None, _randn(2, 3, seed=7))),
     ]
 
@@ -334,7 +400,12 @@ def _t2_gradcheck_cases(seed: int) -> list[Case]:
 
 
 def _t3_cases(seed: int) -> list[Case]:
-    return [Case("x (5,), bound 1.0", (_randn(5, seed=21), 1.0, torch.tensor([-4.0, -0.5, 0.0, 0.7, 3.0], dtype=torch.float64)))]
+    return [
+        Case(
+            "x (5,), bound 1.0",
+            (_randn(5, seed=21), 1.0, torch.tensor([-4.0, -0.5, 0.0, 0.7, 3.0], dtype=torch.float64)),
+        )
+    ]
 
 
 def _clip_rule(x: torch.Tensor, bound: float, grad_out: torch.Tensor) -> list[torch.Tensor]:
@@ -366,7 +437,11 @@ def _mlp_weights(sizes: Sequence[int], seed: int) -> list[torch.Tensor]:
 
 
 def _t6_cases(seed: int) -> list[Case]:
-    return [Case("MLP 3-4-2, fresh .grad", (_mlp_weights([3, 4, 2], 51), _randn(5, 3, seed=52), _randn(5, 2, seed=53), False))]
+    return [
+        Case(
+            "MLP 3-4-2, fresh .grad", (_mlp_weights([3, 4, 2], 51), _randn(5, 3, seed=52), _randn(5, 2, seed=53), False)
+        )
+    ]
 
 
 # --- the lab -------------------------------------------------------------------------------
@@ -383,19 +458,33 @@ lab = LabSpec(
         Task("t6", "a per-parameter gradient-norm monitor with hooks", 3, "grad_norms"),
     ],
     checks=[
-        Check("t1", "t1 output and gradients", _t1_cases,
-              make_backward_judge(ref_linear, ["x", "w", "b"]), call=run_backward),
-        Check("t2", "t2 output and gradient", _t2_cases,
-              make_backward_judge(ref_logsumexp, ["x"]), call=run_backward),
+        Check(
+            "t1",
+            "t1 output and gradients",
+            _t1_cases,
+            make_backward_judge(ref_linear, ["x", "w", "b"]),
+            call=run_backward,
+        ),
+        Check("t2", "t2 output and gradient", _t2_cases, make_backward_judge(ref_logsumexp, ["x"]), call=run_backward),
         Check("t2", "t2 gradcheck (float64)", _t2_gradcheck_cases, judge_passed, call=run_gradcheck),
-        Check("t3", "t3 identity forward, clipped gradient", _t3_cases,
-              make_backward_judge(ref_clip_grad, ["x"], grad_rule=_clip_rule), call=run_backward),
-        Check("t4", "t4 sign forward, straight-through gradient", _t4_cases,
-              make_backward_judge(ref_sign_ste, ["x"], grad_rule=_ste_rule), call=run_backward),
-        Check("t5", "t5 value, gradient, second derivative", _t5_cases, judge_double_backward,
-              call=run_double_backward),
-        Check("t5", "t5 gradgradcheck (float64)", _t5_gradgradcheck_cases, judge_passed,
-              call=run_gradgradcheck),
+        Check(
+            "t3",
+            "t3 identity forward, clipped gradient",
+            _t3_cases,
+            make_backward_judge(ref_clip_grad, ["x"], grad_rule=_clip_rule),
+            call=run_backward,
+        ),
+        Check(
+            "t4",
+            "t4 sign forward, straight-through gradient",
+            _t4_cases,
+            make_backward_judge(ref_sign_ste, ["x"], grad_rule=_ste_rule),
+            call=run_backward,
+        ),
+        Check(
+            "t5", "t5 value, gradient, second derivative", _t5_cases, judge_double_backward, call=run_double_backward
+        ),
+        Check("t5", "t5 gradgradcheck (float64)", _t5_gradgradcheck_cases, judge_passed, call=run_gradgradcheck),
         Check("t6", "t6 gradient norms", _t6_cases, judge_monitor, call=run_monitor),
     ],
 )

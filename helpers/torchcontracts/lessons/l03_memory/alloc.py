@@ -27,7 +27,15 @@ import re
 from typing import Any
 
 __all__ = [
-    "KiB", "MiB", "AllocatorModel", "Block", "Config", "Constants", "ModelOOM", "Segment", "constants",
+    "KiB",
+    "MiB",
+    "AllocatorModel",
+    "Block",
+    "Config",
+    "Constants",
+    "ModelOOM",
+    "Segment",
+    "constants",
     "header_constants",
 ]
 
@@ -38,12 +46,12 @@ KiB, MiB = 1 << 10, 1 << 20
 class Constants:
     """The allocator's size policy, in bytes (names as in c10)."""
 
-    kMinBlockSize: int = 512          # every size rounds up to a multiple of this
-    kSmallSize: int = 1 * MiB         # largest "small" request
-    kSmallBuffer: int = 2 * MiB       # small-pool segment size
-    kMinLargeAlloc: int = 10 * MiB    # requests below this (and > kSmallSize) get a kLargeBuffer segment
-    kRoundLarge: int = 2 * MiB        # larger requests round their segment up to this
-    kLargeBuffer: int = 20 * MiB      # AcceleratorAllocatorConfig::large_segment_size_ default
+    kMinBlockSize: int = 512  # every size rounds up to a multiple of this
+    kSmallSize: int = 1 * MiB  # largest "small" request
+    kSmallBuffer: int = 2 * MiB  # small-pool segment size
+    kMinLargeAlloc: int = 10 * MiB  # requests below this (and > kSmallSize) get a kLargeBuffer segment
+    kRoundLarge: int = 2 * MiB  # larger requests round their segment up to this
+    kLargeBuffer: int = 20 * MiB  # AcceleratorAllocatorConfig::large_segment_size_ default
     source: str = "documented defaults"
 
 
@@ -85,11 +93,11 @@ def constants() -> Constants:
 class Config:
     """The ``PYTORCH_ALLOC_CONF`` options the model understands (sizes in bytes)."""
 
-    max_split_size: int | None = None          # None: unlimited (the default)
-    max_non_split_rounding: int = 20 * MiB     # max_non_split_rounding_mb default
-    roundup_power2_divisions: int = 0          # 0 or 1: plain 512 B rounding
+    max_split_size: int | None = None  # None: unlimited (the default)
+    max_non_split_rounding: int = 20 * MiB  # max_non_split_rounding_mb default
+    roundup_power2_divisions: int = 0  # 0 or 1: plain 512 B rounding
     expandable_segments: bool = False
-    capacity: int | None = None                # device bytes the model may reserve; None: unlimited
+    capacity: int | None = None  # device bytes the model may reserve; None: unlimited
 
     @classmethod
     def parse(cls, text: str, capacity: int | None = None) -> Config:
@@ -106,8 +114,10 @@ class Config:
             elif key == "expandable_segments":
                 kw["expandable_segments"] = value.strip().lower() == "true"
             else:
-                raise ValueError(f"the allocator model does not understand {item!r}: "
-                                 "use max_split_size_mb, max_non_split_rounding_mb, roundup_power2_divisions")
+                raise ValueError(
+                    f"the allocator model does not understand {item!r}: "
+                    "use max_split_size_mb, max_non_split_rounding_mb, roundup_power2_divisions"
+                )
         return cls(**kw)
 
 
@@ -152,11 +162,13 @@ class AllocatorModel:
         self.config = config or Config()
         self.c = consts or constants()
         if self.config.expandable_segments:
-            raise NotImplementedError("the model does not simulate expandable_segments: run that experiment "
-                                      "on a GPU (lesson 03), or use max_split_size_mb in the model")
+            raise NotImplementedError(
+                "the model does not simulate expandable_segments: run that experiment "
+                "on a GPU (lesson 03), or use max_split_size_mb in the model"
+            )
         self.segments: dict[int, Segment] = {}
         self.live: dict[str, Block] = {}
-        self.events: list[dict[str, Any]] = []   # like snapshot()["device_traces"][0]
+        self.events: list[dict[str, Any]] = []  # like snapshot()["device_traces"][0]
         self._next_addr = 0x7F0000000000
         self._next_id = 0
         self.counters = {"num_alloc_retries": 0, "num_ooms": 0, "num_device_alloc": 0, "num_device_free": 0}
@@ -202,8 +214,10 @@ class AllocatorModel:
 
     def free_blocks(self, small: bool) -> list[Block]:
         """The pool's cached blocks in the allocator's order: by size, then address."""
-        return sorted((b for s in self.segments.values() if s.small == small for b in s.blocks if not b.allocated),
-                      key=lambda b: (b.size, b.addr))
+        return sorted(
+            (b for s in self.segments.values() if s.small == small for b in s.blocks if not b.allocated),
+            key=lambda b: (b.size, b.addr),
+        )
 
     def _get_free_block(self, rounded: int, small: bool) -> Block | None:
         """``get_free_block``: best fit, honouring the oversize rules of max_split_size."""
@@ -278,7 +292,7 @@ class AllocatorModel:
         seg.blocks.append(Block(seg.addr, seg_size, seg.id))
         self.segments[seg.id] = seg
         self._next_id += 1
-        self._next_addr += seg_size + 2 * MiB   # cudaMalloc hands out 2 MiB-aligned ranges
+        self._next_addr += seg_size + 2 * MiB  # cudaMalloc hands out 2 MiB-aligned ranges
         self.counters["num_device_alloc"] += 1
         self._event("segment_alloc", seg.addr, seg_size)
         self._update_peaks()
@@ -325,7 +339,8 @@ class AllocatorModel:
             f"capacity of {_fmt(cap)} of which {_fmt(cap - self.reserved)} is free. Of the allocated memory "
             f"{_fmt(self.allocated)} is allocated by PyTorch, and {_fmt(self.reserved - self.allocated)} is "
             "reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting "
-            "PYTORCH_ALLOC_CONF=expandable_segments:True to avoid fragmentation.")
+            "PYTORCH_ALLOC_CONF=expandable_segments:True to avoid fragmentation."
+        )
 
     def _event(self, action: str, addr: int, size: int) -> None:
         self.events.append({"action": action, "addr": addr, "size": size, "stream": 0})
@@ -357,8 +372,11 @@ class AllocatorModel:
 
     def _current_stats(self) -> dict[str, int]:
         out: dict[str, int] = {}
-        for pool, pick in (("all", lambda s: True), ("small_pool", lambda s: s.small),
-                           ("large_pool", lambda s: not s.small)):
+        for pool, pick in (
+            ("all", lambda s: True),
+            ("small_pool", lambda s: s.small),
+            ("large_pool", lambda s: not s.small),
+        ):
             segs = [s for s in self.segments.values() if pick(s)]
             blocks = [b for s in segs for b in s.blocks]
             split_free = [b for s in segs if len(s.blocks) > 1 for b in s.blocks if not b.allocated]
@@ -382,13 +400,30 @@ class AllocatorModel:
         """The shape of ``torch.cuda.memory._snapshot()``: segments with blocks, and the event trace."""
         segs = []
         for s in sorted(self.segments.values(), key=lambda s: s.addr):
-            blocks = [{"address": b.addr, "size": b.size, "requested_size": b.requested,
-                       "state": "active_allocated" if b.allocated else "inactive", "name": b.name}
-                      for b in s.blocks]
+            blocks = [
+                {
+                    "address": b.addr,
+                    "size": b.size,
+                    "requested_size": b.requested,
+                    "state": "active_allocated" if b.allocated else "inactive",
+                    "name": b.name,
+                }
+                for b in s.blocks
+            ]
             alloc = sum(b.size for b in s.blocks if b.allocated)
-            segs.append({"device": 0, "address": s.addr, "total_size": s.size, "allocated_size": alloc,
-                         "active_size": alloc, "stream": 0, "segment_type": "small" if s.small else "large",
-                         "is_expandable": False, "blocks": blocks})
+            segs.append(
+                {
+                    "device": 0,
+                    "address": s.addr,
+                    "total_size": s.size,
+                    "allocated_size": alloc,
+                    "active_size": alloc,
+                    "stream": 0,
+                    "segment_type": "small" if s.small else "large",
+                    "is_expandable": False,
+                    "blocks": blocks,
+                }
+            )
         return {"segments": segs, "device_traces": [list(self.events)], "source": "allocator model"}
 
     def check_invariants(self) -> None:

@@ -17,19 +17,52 @@ import os
 import re
 import subprocess
 import sys
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
+
+if TYPE_CHECKING:
+    import torch
 
 from torchcontracts.lessons.l03_memory.alloc import KiB, MiB, AllocatorModel, Config, ModelOOM, _fmt
 
-__all__ = ["ALLOC_CONF_NAMES", "STAT_KEYS", "Op", "Step", "alloc_conf_env", "draw_segments", "draw_steps",
-           "draw_timeline", "explorer", "fragmentation_trace", "fresh_cuda_report", "layout", "mismatches",
-           "oom_numbers", "parse_size", "parse_trace", "replay", "replay_cuda", "report_cuda", "report_model",
-           "timeline_from_events"]
+__all__ = [
+    "ALLOC_CONF_NAMES",
+    "STAT_KEYS",
+    "Op",
+    "Step",
+    "alloc_conf_env",
+    "draw_segments",
+    "draw_steps",
+    "draw_timeline",
+    "explorer",
+    "fragmentation_trace",
+    "fresh_cuda_report",
+    "layout",
+    "mismatches",
+    "oom_numbers",
+    "parse_size",
+    "parse_trace",
+    "replay",
+    "replay_cuda",
+    "report_cuda",
+    "report_model",
+    "timeline_from_events",
+]
 
 Op = tuple  # ("alloc", name, size) | ("free", name) | ("reset_peak",) | ("empty_cache",)
 
-_UNITS = {"": 1, "b": 1, "kb": 1000, "kib": KiB, "k": KiB, "mb": 1000**2, "mib": MiB, "m": MiB,
-          "gb": 1000**3, "gib": 1 << 30, "g": 1 << 30}
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "kb": 1000,
+    "kib": KiB,
+    "k": KiB,
+    "mb": 1000**2,
+    "mib": MiB,
+    "m": MiB,
+    "gb": 1000**3,
+    "gib": 1 << 30,
+    "g": 1 << 30,
+}
 
 
 def parse_size(text: str | int) -> int:
@@ -56,8 +89,9 @@ def parse_trace(text: str) -> list[Op]:
         elif words in (["empty_cache"], ["reset_peak"]):
             ops.append((words[0],))
         else:
-            raise ValueError(f"trace line {n} is {line.strip()!r}: use 'alloc NAME SIZE', 'free NAME', "
-                             "'reset_peak' or 'empty_cache'")
+            raise ValueError(
+                f"trace line {n} is {line.strip()!r}: use 'alloc NAME SIZE', 'free NAME', 'reset_peak' or 'empty_cache'"
+            )
     return ops
 
 
@@ -95,13 +129,24 @@ def replay(trace: Iterable[Op] | str, config: Config | None = None) -> list[Step
         else:
             raise ValueError(f"unknown op {op!r}: use alloc, free, reset_peak or empty_cache")
         st = model.memory_stats()
-        steps.append(Step(_label(op), model.allocated, model.reserved, st["segment.all.current"],
-                          st["inactive_split_bytes.all.current"], model.fragmentation(), model.snapshot()))
+        steps.append(
+            Step(
+                _label(op),
+                model.allocated,
+                model.reserved,
+                st["segment.all.current"],
+                st["inactive_split_bytes.all.current"],
+                model.fragmentation(),
+                model.snapshot(),
+            )
+        )
     return steps
 
 
 def _apply_cuda(op: Sequence[Any], live: dict[str, torch.Tensor]) -> None:
     """Run one trace op on the real CUDA caching allocator (``live`` holds the trace's tensors by name)."""
+    import torch
+
     if op[0] == "alloc":
         live[op[1]] = torch.empty(parse_size(op[2]), dtype=torch.uint8, device="cuda")
     elif op[0] == "free":
@@ -129,46 +174,97 @@ def replay_cuda(trace: Iterable[Op] | str) -> list[tuple[int, int]]:
 
 
 # -- reports: the same numbers from the model and from the real allocator ----------------------------
-STAT_KEYS = ("allocated_bytes.all.current", "requested_bytes.all.current", "reserved_bytes.all.current",
-             "segment.all.current", "inactive_split_bytes.all.current", "num_alloc_retries", "num_ooms")
+STAT_KEYS = (
+    "allocated_bytes.all.current",
+    "requested_bytes.all.current",
+    "reserved_bytes.all.current",
+    "segment.all.current",
+    "inactive_split_bytes.all.current",
+    "num_alloc_retries",
+    "num_ooms",
+)
 ALLOC_CONF_NAMES = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
 
 
 def _segments(segments: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """Snapshot segments without stack frames: what draw_segments and layout need."""
-    return [{"address": s["address"], "total_size": s["total_size"], "segment_type": s["segment_type"],
-             "blocks": [{"size": b["size"], "requested_size": b.get("requested_size", 0), "state": b["state"],
-                         "name": b.get("name", "")} for b in s["blocks"]]} for s in segments]
+    return [
+        {
+            "address": s["address"],
+            "total_size": s["total_size"],
+            "segment_type": s["segment_type"],
+            "blocks": [
+                {
+                    "size": b["size"],
+                    "requested_size": b.get("requested_size", 0),
+                    "state": b["state"],
+                    "name": b.get("name", ""),
+                }
+                for b in s["blocks"]
+            ],
+        }
+        for s in segments
+    ]
 
 
 def layout(segments: Iterable[dict[str, Any]]) -> list[tuple[Any, ...]]:
     """Segments as sorted (type, size, ((block size, state), ...)): comparable whatever the addresses."""
-    return sorted((s["segment_type"], s["total_size"], tuple((b["size"], b["state"]) for b in s["blocks"]))
-                  for s in segments)
+    return sorted(
+        (s["segment_type"], s["total_size"], tuple((b["size"], b["state"]) for b in s["blocks"])) for s in segments
+    )
 
 
-def _row(op: Sequence[Any], alloc: int, res: int, peaks: tuple[int, int], stats: dict[str, int],
-         segs: Iterable[dict[str, Any]], device_free: int | None = None) -> dict[str, Any]:
-    return {"op": _label(op), "allocated": alloc, "reserved": res, "max_allocated": peaks[0],
-            "max_reserved": peaks[1], **{k: stats.get(k, 0) for k in STAT_KEYS}, "segments": _segments(segs),
-            "device_free": device_free}
+def _row(
+    op: Sequence[Any],
+    alloc: int,
+    res: int,
+    peaks: tuple[int, int],
+    stats: dict[str, int],
+    segs: Iterable[dict[str, Any]],
+    device_free: int | None = None,
+) -> dict[str, Any]:
+    return {
+        "op": _label(op),
+        "allocated": alloc,
+        "reserved": res,
+        "max_allocated": peaks[0],
+        "max_reserved": peaks[1],
+        **{k: stats.get(k, 0) for k in STAT_KEYS},
+        "segments": _segments(segs),
+        "device_free": device_free,
+    }
 
 
-def report_model(trace: Iterable[Op] | str, config: Config | None = None, capacity: int | None = None) -> dict[str, Any]:
+def report_model(
+    trace: Iterable[Op] | str, config: Config | None = None, capacity: int | None = None
+) -> dict[str, Any]:
     """Replay a trace on a fresh model: one row per op, like ``report_cuda``; stops at an OOM."""
     ops = parse_trace(trace) if isinstance(trace, str) else list(trace)
     m = AllocatorModel(dataclasses.replace(config or Config(), capacity=capacity))
     rows, oom = [], None
     for op in ops:
         try:
-            {"alloc": lambda: m.malloc(op[1], parse_size(op[2])), "free": lambda: m.free(op[1]),
-             "reset_peak": m.reset_peak_memory_stats, "empty_cache": m.empty_cache}[op[0]]()
+            {
+                "alloc": lambda: m.malloc(op[1], parse_size(op[2])),
+                "free": lambda: m.free(op[1]),
+                "reset_peak": m.reset_peak_memory_stats,
+                "empty_cache": m.empty_cache,
+            }[op[0]]()
         except ModelOOM as err:
             oom = str(err)
         st = m.memory_stats()
         peaks = (st.get("allocated_bytes.all.peak", 0), st.get("reserved_bytes.all.peak", 0))
-        rows.append(_row(op, m.allocated, m.reserved, peaks, st, m.snapshot()["segments"],
-                         None if capacity is None else capacity - m.reserved))
+        rows.append(
+            _row(
+                op,
+                m.allocated,
+                m.reserved,
+                peaks,
+                st,
+                m.snapshot()["segments"],
+                None if capacity is None else capacity - m.reserved,
+            )
+        )
         if oom:
             break
     return {"steps": rows, "oom": oom, "history": m.snapshot(), "source": "allocator model"}
@@ -188,7 +284,7 @@ def report_cuda(trace: Iterable[Op] | str, capacity: int | None = None, history:
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
     base = torch.cuda.memory_stats()
-    if capacity:   # +1 KiB: the fraction times the total must not round below the capacity
+    if capacity:  # +1 KiB: the fraction times the total must not round below the capacity
         torch.cuda.set_per_process_memory_fraction((capacity + KiB) / torch.cuda.mem_get_info()[1])
     if history:
         torch.cuda.memory._record_memory_history(max_entries=100_000, stacks="python")
@@ -201,8 +297,17 @@ def report_cuda(trace: Iterable[Op] | str, capacity: int | None = None, history:
             st = dict(torch.cuda.memory_stats())
             st.update({k: st.get(k, 0) - base.get(k, 0) for k in ("num_alloc_retries", "num_ooms")})
             peaks = (torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved())
-            rows.append(_row(op, torch.cuda.memory_allocated(), torch.cuda.memory_reserved(), peaks, st,
-                             torch.cuda.memory_snapshot(include_traces=False), torch.cuda.mem_get_info()[0]))
+            rows.append(
+                _row(
+                    op,
+                    torch.cuda.memory_allocated(),
+                    torch.cuda.memory_reserved(),
+                    peaks,
+                    st,
+                    torch.cuda.memory_snapshot(include_traces=False),
+                    torch.cuda.mem_get_info()[0],
+                )
+            )
             if oom:
                 break
         if history:
@@ -232,11 +337,14 @@ def alloc_conf_env(conf: str = "", base: dict[str, str] | None = None) -> dict[s
     return env
 
 
-def fresh_cuda_report(traces: dict[str, str], conf: str = "", capacity: int | None = None,
-                      history: bool = False) -> dict[str, dict[str, Any]]:
+def fresh_cuda_report(
+    traces: dict[str, str], conf: str = "", capacity: int | None = None, history: bool = False
+) -> dict[str, dict[str, Any]]:
     """``report_cuda`` of each trace, in one fresh Python process (nothing cached) under ``conf``."""
-    code = ("import json, sys; from torchcontracts.lessons.l03_memory.alloc_viz import report_cuda; a = json.loads(sys.argv[1]); "
-            "print(json.dumps({k: report_cuda(t, a['capacity'], a['history']) for k, t in a['traces'].items()}))")
+    code = (
+        "import json, sys; from torchcontracts.lessons.l03_memory.alloc_viz import report_cuda; a = json.loads(sys.argv[1]); "
+        "print(json.dumps({k: report_cuda(t, a['capacity'], a['history']) for k, t in a['traces'].items()}))"
+    )
     arg = json.dumps({"traces": traces, "capacity": capacity, "history": history})
     out = subprocess.run([sys.executable, "-c", code, arg], env=alloc_conf_env(conf), capture_output=True, text=True)
     if out.returncode:
@@ -247,20 +355,31 @@ def fresh_cuda_report(traces: dict[str, str], conf: str = "", capacity: int | No
 def mismatches(real: dict[str, Any], model: dict[str, Any]) -> list[str]:
     """Where a ``report_cuda`` and a ``report_model`` of one trace differ (empty: they agree)."""
     keys = ("allocated", "reserved", "max_allocated", "max_reserved", *STAT_KEYS)
-    out = [f"{r['op']}: {k} real {r[k]} != model {m[k]}"
-           for r, m in zip(real["steps"], model["steps"]) for k in keys if r[k] != m[k]]
-    out += [f"{r['op']}: segments real {layout(r['segments'])} != model {layout(m['segments'])}"
-            for r, m in zip(real["steps"], model["steps"]) if layout(r["segments"]) != layout(m["segments"])]
+    out = [
+        f"{r['op']}: {k} real {r[k]} != model {m[k]}"
+        for r, m in zip(real["steps"], model["steps"])
+        for k in keys
+        if r[k] != m[k]
+    ]
+    out += [
+        f"{r['op']}: segments real {layout(r['segments'])} != model {layout(m['segments'])}"
+        for r, m in zip(real["steps"], model["steps"])
+        if layout(r["segments"]) != layout(m["segments"])
+    ]
     if len(real["steps"]) != len(model["steps"]) or bool(real["oom"]) != bool(model["oom"]):
-        out.append(f"steps {len(real['steps'])} vs {len(model['steps'])}, oom {bool(real['oom'])} vs {bool(model['oom'])}")
+        out.append(
+            f"steps {len(real['steps'])} vs {len(model['steps'])}, oom {bool(real['oom'])} vs {bool(model['oom'])}"
+        )
     return out
 
 
 def oom_numbers(message: str) -> dict[str, str]:
     """The sizes an OOM message states: requested, allocated by PyTorch, reserved but unallocated."""
-    pats = {"tried to allocate": r"Tried to allocate ([\d.]+ \w+)",
-            "allocated by PyTorch": r"([\d.]+ \w+) is allocated by PyTorch",
-            "reserved but unallocated": r"([\d.]+ \w+) is reserved by PyTorch but unallocated"}
+    pats = {
+        "tried to allocate": r"Tried to allocate ([\d.]+ \w+)",
+        "allocated by PyTorch": r"([\d.]+ \w+) is allocated by PyTorch",
+        "reserved but unallocated": r"([\d.]+ \w+) is reserved by PyTorch but unallocated",
+    }
     return {k: (m[1] if (m := re.search(p, message)) else "?") for k, p in pats.items()}
 
 
@@ -279,12 +398,25 @@ def draw_segments(snapshot: dict[str, Any], ax: Any = None, title: str = "") -> 
         offset = 0
         for b in seg["blocks"]:
             alloc = b["state"] == "active_allocated"
-            ax.barh(row, b["size"] / MiB, left=offset / MiB, color=ALLOCATED if alloc else FREE,
-                    edgecolor="black", linewidth=0.6)
+            ax.barh(
+                row,
+                b["size"] / MiB,
+                left=offset / MiB,
+                color=ALLOCATED if alloc else FREE,
+                edgecolor="black",
+                linewidth=0.6,
+            )
             if b["size"] / max(seg["total_size"], 1) > 0.08:
                 label = b.get("name") or ""
-                ax.text((offset + b["size"] / 2) / MiB, row, f"{label} {b['size'] / MiB:.3g}".strip(),
-                        ha="center", va="center", fontsize=7, color="white" if alloc else "black")
+                ax.text(
+                    (offset + b["size"] / 2) / MiB,
+                    row,
+                    f"{label} {b['size'] / MiB:.3g}".strip(),
+                    ha="center",
+                    va="center",
+                    fontsize=7,
+                    color="white" if alloc else "black",
+                )
             offset += b["size"]
     ax.set_yticks(range(len(segs)))
     ax.set_yticklabels([f"{s['segment_type']} {s['total_size'] / MiB:.0f} MiB" for s in segs], fontsize=8)
@@ -350,12 +482,17 @@ def draw_steps(steps: Sequence[Step] | Sequence[dict[str, Any]], ax: Any = None,
     return ax
 
 
-def fragmentation_trace(n: int = 8, size_mib: float = 6.0, free_order: str = "every other",
-                        big_mib: float = 12.0) -> str:
+def fragmentation_trace(
+    n: int = 8, size_mib: float = 6.0, free_order: str = "every other", big_mib: float = 12.0
+) -> str:
     """The lesson's fragmentation experiment: n tensors, free some, then ask for one big tensor."""
     lines = [f"alloc t{i} {size_mib}MiB" for i in range(n)]
-    order = {"every other": list(range(0, n, 2)), "first half": list(range(n // 2)),
-             "all, in order": list(range(n)), "all, reversed": list(range(n))[::-1]}[free_order]
+    order = {
+        "every other": list(range(0, n, 2)),
+        "first half": list(range(n // 2)),
+        "all, in order": list(range(n)),
+        "all, reversed": list(range(n))[::-1],
+    }[free_order]
     lines += [f"free t{i}" for i in order]
     lines += [f"alloc big {big_mib}MiB", "empty_cache"]
     return "\n".join(lines)
@@ -380,10 +517,12 @@ def _explorer_png(steps: Sequence[Step]) -> bytes:
 
 def _explorer_summary(steps: Sequence[Step]) -> str:
     before = steps[-2]
-    return (f"allocated {before.allocated / MiB:.2f} MiB | reserved {before.reserved / MiB:.2f} MiB | "
-            f"segments {before.segments} | free but stuck in split segments "
-            f"{before.inactive_split_bytes / MiB:.2f} MiB | fragmentation {before.fragmentation:.2f} | "
-            f"after empty_cache: reserved {steps[-1].reserved / MiB:.2f} MiB")
+    return (
+        f"allocated {before.allocated / MiB:.2f} MiB | reserved {before.reserved / MiB:.2f} MiB | "
+        f"segments {before.segments} | free but stuck in split segments "
+        f"{before.inactive_split_bytes / MiB:.2f} MiB | fragmentation {before.fragmentation:.2f} | "
+        f"after empty_cache: reserved {steps[-1].reserved / MiB:.2f} MiB"
+    )
 
 
 def _in_kernel() -> bool:
@@ -414,10 +553,10 @@ def explorer() -> Any:
 
     size = w.FloatSlider(value=6.0, min=0.25, max=16.0, step=0.25, description="tensor MiB")
     big = w.FloatSlider(value=12.0, min=1.0, max=40.0, step=1.0, description="big MiB")
-    order = w.Dropdown(options=["every other", "first half", "all, in order", "all, reversed"],
-                       value="every other", description="free")
-    split = w.Dropdown(options=[("unlimited", 0), ("8 MiB", 8), ("16 MiB", 16)], value=0,
-                       description="max_split")
+    order = w.Dropdown(
+        options=["every other", "first half", "all, in order", "all, reversed"], value="every other", description="free"
+    )
+    split = w.Dropdown(options=[("unlimited", 0), ("8 MiB", 8), ("16 MiB", 16)], value=0, description="max_split")
     image = w.Image(format="png")
     info = w.HTML()
     box = w.VBox([w.HBox([size, big]), w.HBox([order, split]), image, info])

@@ -27,9 +27,27 @@ from torchcontracts.lessons.l03_memory.alloc_viz import replay
 from torchcontracts.checks import Case, Check, Comparison, LabSpec, Task, compare, short
 from torchcontracts.lessons.l03_memory.memory import SavedTensorMeter, held_bytes, live_tensor_bytes
 
-__all__ = ["DEPTH", "TRACES", "WIDTH", "activation_bytes", "allocator_rows", "budget_case", "growth_rows",
-           "judge_budget", "lab", "leak_case", "make_deep_mlp", "make_small_mlp", "measure_step", "model_answer",
-           "probe_leaks", "reference_history", "trace_cases", "train_leaky", "value_rows"]
+__all__ = [
+    "DEPTH",
+    "TRACES",
+    "WIDTH",
+    "activation_bytes",
+    "allocator_rows",
+    "budget_case",
+    "growth_rows",
+    "judge_budget",
+    "lab",
+    "leak_case",
+    "make_deep_mlp",
+    "make_small_mlp",
+    "measure_step",
+    "model_answer",
+    "probe_leaks",
+    "reference_history",
+    "trace_cases",
+    "train_leaky",
+    "value_rows",
+]
 
 WIDTH, DEPTH = 128, 8
 LR = 0.05
@@ -71,6 +89,7 @@ def _weights(model: nn.Module) -> list[torch.Tensor]:
 
 # --- t1 checkpointed_loss(model, x, y) under a saved-activation budget -------------------------
 
+
 def budget_case(label: str, seed: int, batch: int, budget_acts: int) -> Case:
     """A t1 case: the deep MLP's weights, a batch of data, and a budget of ``budget_acts`` activations."""
     g = torch.Generator().manual_seed(seed)
@@ -89,12 +108,18 @@ def measure_step(fn: Callable[..., Any], case: Case) -> dict[str, Any]:
     with SavedTensorMeter(exclude=[model, x, y]) as meter:
         loss = fn(model, x, y)
     if not isinstance(loss, torch.Tensor) or not loss.requires_grad:
-        raise ValueError("return the loss tensor with its graph (requires_grad=True): no torch.no_grad(), "
-                         "no .detach(), and use_reentrant=False so parameters get gradients")
+        raise ValueError(
+            "return the loss tensor with its graph (requires_grad=True): no torch.no_grad(), "
+            "no .detach(), and use_reentrant=False so parameters get gradients"
+        )
     loss.backward()
     grads = [p.grad.clone() if p.grad is not None else torch.full_like(p, math.nan) for p in model.parameters()]
-    return {"saved_bytes": torch.tensor(meter.bytes), "saved_count": torch.tensor(meter.count),
-            "loss": loss.detach().reshape(()), "grads": grads}
+    return {
+        "saved_bytes": torch.tensor(meter.bytes),
+        "saved_count": torch.tensor(meter.count),
+        "loss": loss.detach().reshape(()),
+        "grads": grads,
+    }
 
 
 def _not_a_result(out: Any, keys: Sequence[str]) -> list[Comparison]:
@@ -102,8 +127,15 @@ def _not_a_result(out: Any, keys: Sequence[str]) -> list[Comparison]:
     if isinstance(out, dict) and all(k in out for k in keys):
         return []
     got = type(out).__name__ if not isinstance(out, dict) else f"a dict with keys {sorted(map(str, out))}"
-    return [Comparison.plain("result", False, "the check's driver did not return its measurements: rerun the cell",
-                             expected=f"a dict with keys {list(keys)}", got=got)]
+    return [
+        Comparison.plain(
+            "result",
+            False,
+            "the check's driver did not return its measurements: rerun the cell",
+            expected=f"a dict with keys {list(keys)}",
+            got=got,
+        )
+    ]
 
 
 def _count(v: Any) -> int | None:
@@ -124,18 +156,32 @@ def judge_budget(case: Case, out: Any) -> list[Comparison]:
     saved = _count(out["saved_bytes"])
     if saved is None:
         return [Comparison.plain("saved bytes", False, "not a byte count", got=out["saved_bytes"])]
-    rows = [Comparison.plain("saved bytes", saved <= budget, strides=f"{saved} <= {budget}",
-                 status="within budget" if saved <= budget else
-                 f"saves {saved} B ({_count(out['saved_count'])} activations) > budget {budget} B: checkpoint larger segments "
-                 "(checkpoint_sequential leaves its last segment un-checkpointed)")]
+    rows = [
+        Comparison.plain(
+            "saved bytes",
+            saved <= budget,
+            strides=f"{saved} <= {budget}",
+            status="within budget"
+            if saved <= budget
+            else f"saves {saved} B ({_count(out['saved_count'])} activations) > budget {budget} B: checkpoint larger segments "
+            "(checkpoint_sequential leaves its last segment un-checkpointed)",
+        )
+    ]
     model = make_deep_mlp(weights)
     loss = F.mse_loss(model(x), y)
     loss.backward()
     rows.append(compare("loss", out["loss"], loss.detach(), atol=1e-6, rtol=1e-5))
     grads = out["grads"]
     if not isinstance(grads, (list, tuple)) or len(grads) != len(list(model.parameters())):
-        return rows + [Comparison.plain("grads", False, "one gradient per parameter expected",
-                                        expected=len(list(model.parameters())), got=short(grads))]
+        return rows + [
+            Comparison.plain(
+                "grads",
+                False,
+                "one gradient per parameter expected",
+                expected=len(list(model.parameters())),
+                got=short(grads),
+            )
+        ]
     for i, (g, p) in enumerate(zip(grads, model.parameters())):
         rows.append(compare(f"grad {i}", g, p.grad, atol=1e-6, rtol=1e-4))
     return rows
@@ -143,8 +189,10 @@ def judge_budget(case: Case, out: Any) -> list[Comparison]:
 
 # --- t2 train_fixed(model, xs, ys, val_x, val_y): no leaks ----------------------------------------
 
-def train_leaky(model: nn.Module, xs: Sequence[torch.Tensor], ys: Sequence[torch.Tensor],
-                val_x: torch.Tensor, val_y: torch.Tensor) -> dict[str, list[Any]]:
+
+def train_leaky(
+    model: nn.Module, xs: Sequence[torch.Tensor], ys: Sequence[torch.Tensor], val_x: torch.Tensor, val_y: torch.Tensor
+) -> dict[str, list[Any]]:
     """The loop the lab hands out: it trains correctly, and it leaks in three places."""
     opt = torch.optim.SGD(model.parameters(), lr=LR)
     history: dict[str, list[Any]] = {"train_loss": [], "val_loss": [], "worst": [], "feat_norm": []}
@@ -164,8 +212,13 @@ def train_leaky(model: nn.Module, xs: Sequence[torch.Tensor], ys: Sequence[torch
     return history
 
 
-def reference_history(weights: Sequence[torch.Tensor], xs: Sequence[torch.Tensor], ys: Sequence[torch.Tensor],
-                      val_x: torch.Tensor, val_y: torch.Tensor) -> dict[str, list[float]]:
+def reference_history(
+    weights: Sequence[torch.Tensor],
+    xs: Sequence[torch.Tensor],
+    ys: Sequence[torch.Tensor],
+    val_x: torch.Tensor,
+    val_y: torch.Tensor,
+) -> dict[str, list[float]]:
     """What the fixed loop must return, as floats (the judge's reference; never the learner's code)."""
     model = make_small_mlp(weights)
     opt = torch.optim.SGD(model.parameters(), lr=LR)
@@ -212,8 +265,12 @@ def probe_leaks(fn: Callable[..., Any], case: Case) -> dict[str, Any]:
         missing = {"train_loss", "val_loss", "worst", "feat_norm"} - set(out)
         if missing:
             raise KeyError(f"the history lacks {sorted(missing)}: keep the keys of train_leaky's history")
-        history = {k: torch.tensor([float(v.detach()) if isinstance(v, torch.Tensor) else float(v) for v in out[k]],
-                                   dtype=torch.float64) for k in sorted(out)}
+        history = {
+            k: torch.tensor(
+                [float(v.detach()) if isinstance(v, torch.Tensor) else float(v) for v in out[k]], dtype=torch.float64
+            )
+            for k in sorted(out)
+        }
         del out
         leaked.append(live_tensor_bytes()[1] - base)
         hooks.append(sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules()))
@@ -227,18 +284,28 @@ def growth_rows(out: Any) -> list[Comparison]:
     if bad:
         return bad
     rows = []
-    for key, what in (("held", "bytes held by the returned history"), ("leaked", "bytes still alive after it is dropped")):
+    for key, what in (
+        ("held", "bytes held by the returned history"),
+        ("leaked", "bytes still alive after it is dropped"),
+    ):
         pair = [_count(v) for v in out[key]] if isinstance(out[key], (torch.Tensor, list, tuple)) else []
         if len(pair) != 2 or None in pair:
             rows.append(Comparison.plain(what, False, "not two byte counts", got=out[key]))
             continue
         a, b = pair
         grow = b - a
-        rows.append(Comparison.plain(what, grow <= GROWTH_LIMIT, strides=f"{a} -> {b}",
-                         status="does not grow" if grow <= GROWTH_LIMIT else
-                         f"grows by {grow} B when the run doubles: something still holds tensors or graphs "
-                         "(log Python floats with .item())",
-                         diff=float(grow)))
+        rows.append(
+            Comparison.plain(
+                what,
+                grow <= GROWTH_LIMIT,
+                strides=f"{a} -> {b}",
+                status="does not grow"
+                if grow <= GROWTH_LIMIT
+                else f"grows by {grow} B when the run doubles: something still holds tensors or graphs "
+                "(log Python floats with .item())",
+                diff=float(grow),
+            )
+        )
     return rows
 
 
@@ -248,8 +315,10 @@ def value_rows(case: Case, out: Any) -> list[Comparison]:
     if bad:
         return bad
     ref = reference_history(*case.args)
-    return [compare(key, out.get(key), torch.tensor(ref[key], dtype=torch.float64), atol=1e-5, rtol=1e-4)
-            for key in ("train_loss", "val_loss", "worst", "feat_norm")]
+    return [
+        compare(key, out.get(key), torch.tensor(ref[key], dtype=torch.float64), atol=1e-5, rtol=1e-4)
+        for key in ("train_loss", "val_loss", "worst", "feat_norm")
+    ]
 
 
 def _t2_judge(case: Case, out: Any) -> list[Comparison]:
@@ -283,8 +352,7 @@ def allocator_rows(out: Any, which: int) -> list[Comparison]:
     """t3: one row per trace for reserved (``which=0``) or allocated (``which=1``) bytes."""
     want = model_answer()
     if not isinstance(out, (tuple, list)) or len(out) != len(want):
-        return [Comparison.plain("answer", False, "return a tuple of 3 (reserved, allocated) pairs of ints",
-                                 got=out)]
+        return [Comparison.plain("answer", False, "return a tuple of 3 (reserved, allocated) pairs of ints", got=out)]
     rows = []
     for name, got, exp in zip(TRACES, out, want):
         label = f"trace {name} {'reserved' if which == 0 else 'allocated'}"
@@ -292,10 +360,17 @@ def allocator_rows(out: Any, which: int) -> list[Comparison]:
             rows.append(Comparison.plain(label, False, "each answer is a pair of Python ints (bytes)", got=got))
             continue
         ok = got[which] == exp[which]
-        rows.append(Comparison.plain(label, ok, "exact" if ok else "values differ", strides=str(got[which]),
-                                     diff=float(abs(got[which] - exp[which])),
-                                     expected=None if ok else f"{exp[which]} B ({exp[which] / 2**20:.4g} MiB)",
-                                     got=None if ok else f"{got[which]} B"))
+        rows.append(
+            Comparison.plain(
+                label,
+                ok,
+                "exact" if ok else "values differ",
+                strides=str(got[which]),
+                diff=float(abs(got[which] - exp[which])),
+                expected=None if ok else f"{exp[which]} B ({exp[which] / 2**20:.4g} MiB)",
+                got=None if ok else f"{got[which]} B",
+            )
+        )
     return rows
 
 
@@ -312,10 +387,10 @@ lab = LabSpec(
         Task("t3", "predict_memory(): reserved and allocated bytes for three traces", 3, "predict_memory"),
     ],
     checks=[
-        Check("t1", "t1 budget, loss and gradients", _t1_cases, judge_budget,
-              call=measure_step, fresh_kernel=True),
-        Check("t2", "t2 memory does not grow; history matches", _t2_cases, _t2_judge,
-              call=probe_leaks, fresh_kernel=True),
+        Check("t1", "t1 budget, loss and gradients", _t1_cases, judge_budget, call=measure_step, fresh_kernel=True),
+        Check(
+            "t2", "t2 memory does not grow; history matches", _t2_cases, _t2_judge, call=probe_leaks, fresh_kernel=True
+        ),
         Check("t3", "t3 reserved bytes per trace", trace_cases, _t3_judge),
     ],
 )

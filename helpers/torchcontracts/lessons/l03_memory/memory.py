@@ -77,9 +77,9 @@ class SavedTensorMeter:
 
     def __init__(self, exclude: Iterable[Any] = ()):
         self._skip = _exclusions(exclude)
-        self.saved: dict[int, int] = {}          # storage key -> bytes
+        self.saved: dict[int, int] = {}  # storage key -> bytes
         self.shapes: list[tuple[int, ...]] = []  # every counted tensor's shape, in pack order
-        self.skipped = 0                         # parameters and excluded tensors seen
+        self.skipped = 0  # parameters and excluded tensors seen
         self._hooks: Any = None
 
     def _pack(self, t: torch.Tensor) -> torch.Tensor:

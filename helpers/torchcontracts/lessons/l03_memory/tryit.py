@@ -32,9 +32,18 @@ def model_charge(size: int) -> tuple[int, int]:
 
 
 def _charge_cases(seed: int) -> list[Case]:
-    fixed = [("1 byte", 1), ("1000 B", 1000), ("300 KiB", 300 * KiB), ("exactly 1 MiB", MiB),
-             ("1 MiB + 1 B", MiB + 1), ("3 MiB", 3 * MiB), ("19 MiB (1 MiB would remain)", 19 * MiB),
-             ("19.5 MiB", 19 * MiB + 512 * KiB), ("exactly 10 MiB", 10 * MiB), ("21 MiB", 21 * MiB)]
+    fixed = [
+        ("1 byte", 1),
+        ("1000 B", 1000),
+        ("300 KiB", 300 * KiB),
+        ("exactly 1 MiB", MiB),
+        ("1 MiB + 1 B", MiB + 1),
+        ("3 MiB", 3 * MiB),
+        ("19 MiB (1 MiB would remain)", 19 * MiB),
+        ("19.5 MiB", 19 * MiB + 512 * KiB),
+        ("exactly 10 MiB", 10 * MiB),
+        ("21 MiB", 21 * MiB),
+    ]
     rng = random.Random(seed)
     extra = [rng.randrange(2, MiB), rng.randrange(MiB + 1, 10 * MiB), rng.randrange(10 * MiB, 64 * MiB)]
     return [Case(label, (size,)) for label, size in fixed] + [Case(f"random {n:,} B", (n,)) for n in extra]
@@ -48,8 +57,11 @@ def _judge_charge(case: Case, out: Any) -> list[Comparison]:
         return [Comparison.plain("(allocated, reserved)", False, f"return a pair of ints, got {type(out).__name__}")]
     if got == want:
         return [Comparison.plain("(allocated, reserved)", True, "exact")]
-    why = ("allocated is the block, not the tensor: 512 B rounding, and a block is not split when the rest is "
-           "too small" if got[0] != want[0] else "reserved is the whole segment: 2 MiB, 20 MiB, or rounded to 2 MiB")
+    why = (
+        "allocated is the block, not the tensor: 512 B rounding, and a block is not split when the rest is too small"
+        if got[0] != want[0]
+        else "reserved is the whole segment: 2 MiB, 20 MiB, or rounded to 2 MiB"
+    )
     return [Comparison.plain("(allocated, reserved)", False, why, expected=want, got=got)]
 
 
@@ -63,7 +75,7 @@ def measured_saved_bytes(batch: int, width: int, depth: int, segments: int) -> i
         if segments:
             n = depth // segments
             for s in range(segments):
-                h = checkpoint(model[s * n:(s + 1) * n], h, use_reentrant=False)
+                h = checkpoint(model[s * n : (s + 1) * n], h, use_reentrant=False)
         else:
             h = model(x)
         h.sum()
@@ -84,22 +96,31 @@ def _judge_saved(case: Case, out: Any) -> list[Comparison]:
     if out == want:
         return [Comparison.plain("saved bytes", True, "exact")]
     segments = case.args[3]
-    why = ("with checkpointing only the segment inputs are saved, and the first one is x (excluded)" if segments
-           else "each Linear saves its input and each GELU its input; x is excluded")
+    why = (
+        "with checkpointing only the segment inputs are saved, and the first one is x (excluded)"
+        if segments
+        else "each Linear saves its input and each GELU its input; x is excluded"
+    )
     return [Comparison.plain("saved bytes", False, why, expected=want, got=out)]
 
 
-EXERCISES = exercises_by_id([
-    Exercise(
-        id="03.1", title="what one tensor costs the caching allocator", target="allocator_charge",
-        checks=(Check("03.1", "allocated and reserved bytes", _charge_cases, _judge_charge),),
-        hint="follow the table at the start of Part B: round the size, pick the pool and the segment, then "
-             "decide whether the block is split (if not, the whole block counts as allocated)",
-    ),
-    Exercise(
-        id="03.2", title="saved activations, with and without checkpointing", target="saved_activation_bytes",
-        checks=(Check("03.2", "saved bytes", _saved_cases, _judge_saved),),
-        hint="count activations of batch * width * 4 bytes: what does each Linear and each GELU save, and what "
-             "does a checkpointed segment keep from its forward?",
-    ),
-])
+EXERCISES = exercises_by_id(
+    [
+        Exercise(
+            id="03.1",
+            title="what one tensor costs the caching allocator",
+            target="allocator_charge",
+            checks=(Check("03.1", "allocated and reserved bytes", _charge_cases, _judge_charge),),
+            hint="follow the table at the start of Part B: round the size, pick the pool and the segment, then "
+            "decide whether the block is split (if not, the whole block counts as allocated)",
+        ),
+        Exercise(
+            id="03.2",
+            title="saved activations, with and without checkpointing",
+            target="saved_activation_bytes",
+            checks=(Check("03.2", "saved bytes", _saved_cases, _judge_saved),),
+            hint="count activations of batch * width * 4 bytes: what does each Linear and each GELU save, and what "
+            "does a checkpointed segment keep from its forward?",
+        ),
+    ]
+)

@@ -29,7 +29,15 @@ import torch
 
 from torchcontracts.core.timing import WAIT_MAX, _waited
 
-__all__ = ["Ceilings", "Kernel", "bf16_native", "last_level_cache_bytes", "machine_label", "measure_ceilings", "roofline_plot"]
+__all__ = [
+    "Ceilings",
+    "Kernel",
+    "bf16_native",
+    "last_level_cache_bytes",
+    "machine_label",
+    "measure_ceilings",
+    "roofline_plot",
+]
 
 MiB = 1 << 20
 CPU_ARRAY_MIN = 64 * MiB  # per array: past any desktop LLC even when the sysfs size is unknown
@@ -70,7 +78,9 @@ class Ceilings:
     device: str
     threads: int
     bandwidth: float  # bytes/s of a triad a = b + s*c: 2 reads + 1 write per element
-    flops: dict[str, float]  # FLOP/s of a large GEMM by dtype name ("float32", "bfloat16"); fp32: torch's or NumPy's, the faster
+    flops: dict[
+        str, float
+    ]  # FLOP/s of a large GEMM by dtype name ("float32", "bfloat16"); fp32: torch's or NumPy's, the faster
     checks: dict[str, tuple[float, float]] = dataclasses.field(default_factory=dict)  # name -> (torch, numpy)
     sizes: dict[str, int] = dataclasses.field(default_factory=dict)
     noisy: str = ""
@@ -131,11 +141,12 @@ class Kernel:
         return 100 * self.achieved / ceilings.attainable(self.intensity, dtype)
 
     def bound(self, ceilings: Ceilings, dtype: str = "float32") -> str:
-        """"memory" left of the ridge point, "compute" right of it."""
+        """ "memory" left of the ridge point, "compute" right of it."""
         return "memory" if self.intensity < ceilings.ridge(dtype) else "compute"
 
 
 # -- measuring -----------------------------------------------------------------------------------
+
 
 def _best(*fns: Callable[[], Any], repeats: int) -> list[float]:
     """Fastest of ``repeats`` timed calls of each fn after one warm-up (contention and page faults only add time).
@@ -192,16 +203,24 @@ def _contention(wall: float, cpu0: float, waited0: float | None) -> str:
     """Why the measurement ran on a busy machine, or "" (run-queue wait, else CPU share of wall time)."""
     waited1 = _waited()
     if waited0 is not None and waited1 is not None and (waited1 - waited0) / wall > WAIT_MAX:
-        return (f"threads waited for a free CPU for {(waited1 - waited0) / wall:.2f}x the wall time: another "
-                "process is busy, so these ceilings are lower bounds (rerun on a quiet machine)")
+        return (
+            f"threads waited for a free CPU for {(waited1 - waited0) / wall:.2f}x the wall time: another "
+            "process is busy, so these ceilings are lower bounds (rerun on a quiet machine)"
+        )
     share = (time.process_time() - cpu0) / wall
     if share < 0.5:  # memory-bound phases idle some cores, so only a gross shortfall counts
         return f"this process ran on a CPU for only {share:.0%} of the wall time: the figures are lower bounds"
     return ""
 
 
-def measure_ceilings(device: str | None = None, *, array_bytes: int | None = None, gemm_n: int | None = None,
-                     repeats: int = 4, numpy_check: bool = True) -> Ceilings:
+def measure_ceilings(
+    device: str | None = None,
+    *,
+    array_bytes: int | None = None,
+    gemm_n: int | None = None,
+    repeats: int = 4,
+    numpy_check: bool = True,
+) -> Ceilings:
     """This device's bandwidth and GEMM ceilings, best of ``repeats`` after a warm-up.
 
     CPU: a triad over three arrays of ``array_bytes`` (default 4x the last-level cache, 64-256 MiB),
@@ -219,54 +238,66 @@ def measure_ceilings(device: str | None = None, *, array_bytes: int | None = Non
     threads = torch.get_num_threads()
     wall0, cpu0, waited0 = time.perf_counter(), time.process_time(), _waited()
     a, b, c = (torch.rand(size // 4) for _ in range(3))
-    (triad,) = _best(lambda: torch.add(b, c, alpha=3.0, out=a), repeats=repeats)
+    (triad,) = _best(lambda: torch.add(b, c, alpha=3.0, out=a), repeats=repeats)  # noqa: F821 - ruff reads the later `del` as unbinding them
     checks: dict[str, tuple[float, float]] = {}
-    notes = [f"triad over 3 arrays of {size / MiB:.0f} MiB (last-level cache: "
-             f"{'unknown' if llc is None else f'{llc / MiB:.0f} MiB'}); fp32 GEMM {n}x{n}x{n}; {threads} threads"]
+    notes = [
+        f"triad over 3 arrays of {size / MiB:.0f} MiB (last-level cache: "
+        f"{'unknown' if llc is None else f'{llc / MiB:.0f} MiB'}); fp32 GEMM {n}x{n}x{n}; {threads} threads"
+    ]
     x, y = torch.randn(n, n), torch.randn(n, n)
     if numpy_check:
         an, bn, xn, yn = a.numpy(), b.numpy(), x.numpy(), y.numpy()
-        copies = _with_threads(1, lambda: _best(lambda: a.copy_(b), lambda: np.copyto(an, bn), repeats=repeats))
+        copies = _with_threads(1, lambda: _best(lambda: a.copy_(b), lambda: np.copyto(an, bn), repeats=repeats))  # noqa: F821 - ruff reads the later `del` as unbinding them
         checks["copy, 1 thread (GB/s)"] = (2 * size / copies[0] / 1e9, 2 * size / copies[1] / 1e9)
         gemms = _best(lambda: x @ y, lambda: xn @ yn, repeats=repeats)
         checks["fp32 GEMM (GFLOP/s)"] = (2 * n**3 / gemms[0] / 1e9, 2 * n**3 / gemms[1] / 1e9)
         flops = {"float32": 2 * n**3 / min(gemms)}  # the roof is what this hardware demonstrably reaches
         if gemms[0] > gemms[1]:
-            notes.append(f"fp32 roof from NumPy's BLAS ({2 * n**3 / gemms[1] / 1e9:.3g} GFLOP/s), faster here than torch's "
-                         f"GEMM ({2 * n**3 / gemms[0] / 1e9:.3g}): torch's kernels can reach at most that roof")
+            notes.append(
+                f"fp32 roof from NumPy's BLAS ({2 * n**3 / gemms[1] / 1e9:.3g} GFLOP/s), faster here than torch's "
+                f"GEMM ({2 * n**3 / gemms[0] / 1e9:.3g}): torch's kernels can reach at most that roof"
+            )
     else:
         flops = {"float32": _gemm_rate(n, torch.float32, "cpu", repeats)}
     if bf16_native():
         flops["bfloat16"] = _gemm_rate(n, torch.bfloat16, "cpu", repeats)
     else:
         probe = _gemm_rate(BF16_PROBE_N, torch.bfloat16, "cpu", 1)
-        notes.append(f"bf16: this CPU has no AVX512-BF16/AMX units; a {BF16_PROBE_N}^3 bf16 GEMM ran at "
-                     f"{probe / 1e9:.2g} GFLOP/s (a fallback loop, not a ceiling), so no bf16 roof is drawn")
+        notes.append(
+            f"bf16: this CPU has no AVX512-BF16/AMX units; a {BF16_PROBE_N}^3 bf16 GEMM ran at "
+            f"{probe / 1e9:.2g} GFLOP/s (a fallback loop, not a ceiling), so no bf16 roof is drawn"
+        )
     del a, b, c
     noisy = _contention(time.perf_counter() - wall0, cpu0, waited0)
-    return Ceilings("cpu", threads, 3 * size / triad, flops, checks,
-                    {"array_bytes": size, "gemm_n": n}, noisy, tuple(notes))
+    return Ceilings(
+        "cpu", threads, 3 * size / triad, flops, checks, {"array_bytes": size, "gemm_n": n}, noisy, tuple(notes)
+    )
 
 
 def _measure_cuda(device: str, size: int, n: int, repeats: int) -> Ceilings:
     a, b, c = (torch.rand(size // 4, device=device) for _ in range(3))
-    triad = _best_cuda(lambda: torch.add(b, c, alpha=3.0, out=a), repeats)
-    copy = _best_cuda(lambda: a.copy_(b), repeats)
+    triad = _best_cuda(lambda: torch.add(b, c, alpha=3.0, out=a), repeats)  # noqa: F821 - ruff reads the later `del` as unbinding them
+    copy = _best_cuda(lambda: a.copy_(b), repeats)  # noqa: F821 - ruff reads the later `del` as unbinding them
     del a, b, c
-    flops = {"float32": _gemm_rate(n, torch.float32, device, repeats),
-             "bfloat16": _gemm_rate(n, torch.bfloat16, device, repeats)}
+    flops = {
+        "float32": _gemm_rate(n, torch.float32, device, repeats),
+        "bfloat16": _gemm_rate(n, torch.bfloat16, device, repeats),
+    }
     name = torch.cuda.get_device_name(device)
     tf32 = torch.backends.cuda.matmul.allow_tf32
-    notes = (f"{name}: triad and copy over arrays of {size / MiB:.0f} MiB; GEMM {n}^3; CUDA events; "
-             f"fp32 matmul TF32 {'on' if tf32 else 'off'}; device-to-device copy {2 * size / copy / 1e12:.2f} TB/s",)
-    return Ceilings(f"{device} ({name})", 1, 3 * size / triad, flops, {},
-                    {"array_bytes": size, "gemm_n": n}, "", notes)
+    notes = (
+        f"{name}: triad and copy over arrays of {size / MiB:.0f} MiB; GEMM {n}^3; CUDA events; "
+        f"fp32 matmul TF32 {'on' if tf32 else 'off'}; device-to-device copy {2 * size / copy / 1e12:.2f} TB/s",
+    )
+    return Ceilings(f"{device} ({name})", 1, 3 * size / triad, flops, {}, {"array_bytes": size, "gemm_n": n}, "", notes)
 
 
 # -- drawing -------------------------------------------------------------------------------------
 
-def roofline_plot(kernels: Sequence[Kernel], ceilings: Ceilings, ax: Any = None, title: str = "",
-                  extra: Sequence[Ceilings] = ()) -> Any:
+
+def roofline_plot(
+    kernels: Sequence[Kernel], ceilings: Ceilings, ax: Any = None, title: str = "", extra: Sequence[Ceilings] = ()
+) -> Any:
     """The roofline (log-log: FLOP/s over FLOPs/byte) with each kernel and its % of the ceiling.
 
     ``extra`` draws other devices' roofs (dashed), e.g. a GPU's recorded figures beside this CPU's.
@@ -282,15 +313,32 @@ def roofline_plot(kernels: Sequence[Kernel], ceilings: Ceilings, ax: Any = None,
     grid = np.logspace(math.log10(lo), math.log10(hi), 200)
     for roof, style in [(ceilings, "-"), *((e, "--") for e in extra)]:
         for dtype, rate in roof.flops.items():
-            ax.plot(grid, [min(rate, roof.bandwidth * i) / 1e9 for i in grid], style, linewidth=1.6 if style == "-" else 1,
-                    label=f"{roof.device} {dtype}: {roof.bandwidth / 1e9:.3g} GB/s, {rate / 1e9:.3g} GFLOP/s")
+            ax.plot(
+                grid,
+                [min(rate, roof.bandwidth * i) / 1e9 for i in grid],
+                style,
+                linewidth=1.6 if style == "-" else 1,
+                label=f"{roof.device} {dtype}: {roof.bandwidth / 1e9:.3g} GB/s, {rate / 1e9:.3g} GFLOP/s",
+            )
     placed = sorted((k for k in kernels if k.bytes > 0 and k.seconds > 0), key=lambda k: k.intensity)
     for n, k in enumerate(placed):
         pct = k.percent_of_ceiling(ceilings)
-        ax.scatter([k.intensity], [k.achieved / 1e9], s=40, zorder=3,
-                   facecolors="none" if k.noisy else None, edgecolors="black", linewidths=0.8)
-        ax.annotate(f"{k.name}\n{pct:.0f}%" + (" (noisy)" if k.noisy else ""), (k.intensity, k.achieved / 1e9),
-                    textcoords="offset points", xytext=(6, 4) if n % 2 else (6, -20), fontsize=8)  # alternate: no overlap
+        ax.scatter(
+            [k.intensity],
+            [k.achieved / 1e9],
+            s=40,
+            zorder=3,
+            facecolors="none" if k.noisy else None,
+            edgecolors="black",
+            linewidths=0.8,
+        )
+        ax.annotate(
+            f"{k.name}\n{pct:.0f}%" + (" (noisy)" if k.noisy else ""),
+            (k.intensity, k.achieved / 1e9),
+            textcoords="offset points",
+            xytext=(6, 4) if n % 2 else (6, -20),
+            fontsize=8,
+        )  # alternate: no overlap
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOPs per byte moved)")

@@ -33,7 +33,11 @@ SYNC_LINES: tuple[tuple[str, bool, str], ...] = (
     ("i = x.nonzero()", True, "the output's size depends on the data: the host must wait to allocate it"),
     ("m = x[x > 0]", True, "a boolean mask is a nonzero in disguise"),
     ("t = x.t().contiguous()", False, "a copy kernel on the GPU, queued"),
-    ("h = x.to('cpu', non_blocking=True)", False, "an asynchronous copy into pinned memory: no wait (and unsafe to read yet)"),
+    (
+        "h = x.to('cpu', non_blocking=True)",
+        False,
+        "an asynchronous copy into pinned memory: no wait (and unsafe to read yet)",
+    ),
     ("torch.cuda.synchronize()", True, "the explicit sync point: waits for every queued kernel"),
 )
 
@@ -46,8 +50,9 @@ def _judge_sync(case: Case, out: Any) -> list[Comparison]:
     (line,) = case.args
     want, why = next((s, w) for text, s, w in SYNC_LINES if text == line)
     if not isinstance(out, bool):
-        return [Comparison.plain("waits?", False, f"return True or False, got {type(out).__name__}",
-                                 expected=want, got=out)]
+        return [
+            Comparison.plain("waits?", False, f"return True or False, got {type(out).__name__}", expected=want, got=out)
+        ]
     if out == want:
         return [Comparison.plain("waits?", True, "right")]
     return [Comparison.plain("waits?", False, f"wrong: {why}", expected=want, got=out)]
@@ -82,27 +87,62 @@ def _judge_bound(case: Case, out: Any) -> list[Comparison]:
     except (TypeError, ValueError):
         rate = math.nan
     if not shape_ok or not math.isfinite(rate):
-        return [Comparison.plain("answer", False, 'return a pair ("memory" or "compute", attainable FLOP/s)',
-                                 expected=(want[0], f"{want[1]:.4g}"), got=out)]
+        return [
+            Comparison.plain(
+                "answer",
+                False,
+                'return a pair ("memory" or "compute", attainable FLOP/s)',
+                expected=(want[0], f"{want[1]:.4g}"),
+                got=out,
+            )
+        ]
     rows = []
     ok = out[0] == want[0]
-    rows.append(Comparison.plain("bound", ok, "right" if ok else
-                                 "wrong roof: compare the intensity (FLOPs per byte) with the ridge point peak / bandwidth",
-                                 expected=None if ok else want[0], got=None if ok else out[0]))
+    rows.append(
+        Comparison.plain(
+            "bound",
+            ok,
+            "right"
+            if ok
+            else "wrong roof: compare the intensity (FLOPs per byte) with the ridge point peak / bandwidth",
+            expected=None if ok else want[0],
+            got=None if ok else out[0],
+        )
+    )
     close = math.isclose(rate, want[1], rel_tol=1e-6)
-    hint = ("that is the higher roof: a kernel gets the lower of the two" if math.isclose(rate, max(peak, bandwidth * kernel.intensity), rel_tol=1e-6)
-            else "attainable = min(peak FLOP/s, bandwidth x FLOPs per byte)")
-    rows.append(Comparison.plain("attainable FLOP/s", close, "right" if close else hint,
-                                 expected=None if close else f"{want[1]:.4g}", got=None if close else f"{rate:.4g}",
-                                 diff=abs(rate - want[1])))
+    hint = (
+        "that is the higher roof: a kernel gets the lower of the two"
+        if math.isclose(rate, max(peak, bandwidth * kernel.intensity), rel_tol=1e-6)
+        else "attainable = min(peak FLOP/s, bandwidth x FLOPs per byte)"
+    )
+    rows.append(
+        Comparison.plain(
+            "attainable FLOP/s",
+            close,
+            "right" if close else hint,
+            expected=None if close else f"{want[1]:.4g}",
+            got=None if close else f"{rate:.4g}",
+            diff=abs(rate - want[1]),
+        )
+    )
     return rows
 
 
-EXERCISES = exercises_by_id([
-    Exercise("04.1", "does this line make the host wait for the GPU?", "waits_for_gpu",
-             (Check("04.1", "sync points", _sync_cases, _judge_sync),),
-             hint="the host waits when it needs a value (or a size) that only the finished kernel knows"),
-    Exercise("04.2", "which roof binds this kernel?", "bound_by",
-             (Check("04.2", "roof and attainable FLOP/s", _bound_cases, _judge_bound),),
-             hint="intensity = flops / bytes; the ridge point is peak / bandwidth; left of it memory binds"),
-])
+EXERCISES = exercises_by_id(
+    [
+        Exercise(
+            "04.1",
+            "does this line make the host wait for the GPU?",
+            "waits_for_gpu",
+            (Check("04.1", "sync points", _sync_cases, _judge_sync),),
+            hint="the host waits when it needs a value (or a size) that only the finished kernel knows",
+        ),
+        Exercise(
+            "04.2",
+            "which roof binds this kernel?",
+            "bound_by",
+            (Check("04.2", "roof and attainable FLOP/s", _bound_cases, _judge_bound),),
+            hint="intensity = flops / bytes; the ridge point is peak / bandwidth; left of it memory binds",
+        ),
+    ]
+)

@@ -20,8 +20,16 @@ import torch
 
 from torchcontracts.checks import Case, Comparison
 
-__all__ = ["CudaMatmul", "MAX_QUEUED_S", "SimStream", "Workload", "cuda_matmul_cost", "first_unless_the_retry_passes",
-           "measured_twice_if_it_fails", "spin"]
+__all__ = [
+    "CudaMatmul",
+    "MAX_QUEUED_S",
+    "SimStream",
+    "Workload",
+    "cuda_matmul_cost",
+    "first_unless_the_retry_passes",
+    "measured_twice_if_it_fails",
+    "spin",
+]
 
 MAX_QUEUED_S = 1.0  # a stream never holds more than this much unsynced work: a bench that never syncs fails fast
 
@@ -44,8 +52,10 @@ class SimStream:
         now = time.perf_counter()
         self.busy_until = max(self.busy_until, now) + cost
         if self.busy_until - now > MAX_QUEUED_S:
-            raise RuntimeError(f"more than {MAX_QUEUED_S:g} s of work queued on the stream without a sync(): "
-                               "your timing never waits for the work; call sync() before each clock read")
+            raise RuntimeError(
+                f"more than {MAX_QUEUED_S:g} s of work queued on the stream without a sync(): "
+                "your timing never waits for the work; call sync() before each clock read"
+            )
 
     def sync(self) -> None:
         """Wait until every queued call is done (what torch.cuda.synchronize() does for a GPU)."""
@@ -57,8 +67,7 @@ class Workload:
     """``fn(arg)`` of a known cost per call that counts its calls; the first call costs ``first_s`` if given
     (a lazy init). With a ``stream`` a call only queues its cost and returns at once (an asynchronous op)."""
 
-    def __init__(self, cost_s: float, first_s: float = 0.0, stream: SimStream | None = None,
-                 arg: Any = None) -> None:
+    def __init__(self, cost_s: float, first_s: float = 0.0, stream: SimStream | None = None, arg: Any = None) -> None:
         self.cost_s, self.first_s, self.stream, self.arg = cost_s, first_s, stream, arg
         self.calls = 0
         self.wrong_args = 0

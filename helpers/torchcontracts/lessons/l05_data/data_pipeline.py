@@ -21,9 +21,23 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_info
 
-__all__ = ["PARENT_MARK", "WORKER_COMM", "CudaRoundTrip", "DrawDataset", "Memory", "ModuleDataset", "ShardedStream",
-           "close_workers", "dataloader_workers", "descendants", "process_memory", "record_draws", "seed_worker",
-           "seeded_loader", "worker_iter"]
+__all__ = [
+    "PARENT_MARK",
+    "WORKER_COMM",
+    "CudaRoundTrip",
+    "DrawDataset",
+    "Memory",
+    "ModuleDataset",
+    "ShardedStream",
+    "close_workers",
+    "dataloader_workers",
+    "descendants",
+    "process_memory",
+    "record_draws",
+    "seed_worker",
+    "seeded_loader",
+    "worker_iter",
+]
 
 PARENT_MARK: str | None = None  # the notebook sets it; a forked worker inherits it, a fresh interpreter does not
 WORKER_COMM = "pt_data_worker"  # the name torch gives each DataLoader worker (torch.multiprocessing._set_thread_name)
@@ -31,6 +45,7 @@ NOTICED_MODULES = ("pandas", "matplotlib", "IPython")  # imported by a notebook 
 
 
 # --------------------------------------------------------------------------- the seeding recipe
+
 
 def seed_worker(worker_id: int) -> None:
     """``worker_init_fn`` that gives every worker, in every epoch, its own reproducible random streams.
@@ -71,6 +86,7 @@ def seeded_loader(dataset: Any, seed: int = 0, **loader_kwargs: Any) -> DataLoad
 
 
 # --------------------------------------------------------------------------- worker processes
+
 
 @dataclasses.dataclass(frozen=True)
 class Memory:
@@ -161,6 +177,7 @@ def close_workers(loader: DataLoader) -> None:
 
 # --------------------------------------------------------------------------- importable datasets
 
+
 class DrawDataset(Dataset):
     """Records, for each index, one draw from every RNG an augmentation might use, in the worker that ran it.
 
@@ -176,10 +193,15 @@ class DrawDataset(Dataset):
 
     def __getitem__(self, index: int) -> dict[str, Any]:
         info = get_worker_info()
-        return {"worker": -1 if info is None else info.id, "index": int(index),
-                "torch": round(float(torch.rand(())), 6), "random": round(random.random(), 6),
-                "np.random": round(float(np.random.random()), 6), "self.rng": round(float(self.rng.random()), 6),
-                "initial_seed": torch.initial_seed()}
+        return {
+            "worker": -1 if info is None else info.id,
+            "index": int(index),
+            "torch": round(float(torch.rand(())), 6),
+            "random": round(random.random(), 6),
+            "np.random": round(float(np.random.random()), 6),
+            "self.rng": round(float(self.rng.random()), 6),
+            "initial_seed": torch.initial_seed(),
+        }
 
 
 DRAW_COLUMNS = ["epoch", "worker", "index", "torch", "random", "np.random", "self.rng", "initial_seed"]
@@ -221,9 +243,15 @@ class ModuleDataset(Dataset):
     def __getitem__(self, index: int) -> dict[str, Any]:
         with torch.no_grad():
             y = self.net(torch.full((3,), float(index)))
-        return {"pid": os.getpid(), "ppid": os.getppid(), "cmdline": _proc_text("self", "cmdline"),
-                "parent_mark": PARENT_MARK, "kernel_modules": [m for m in NOTICED_MODULES if m in sys.modules],
-                "uss": process_memory().uss, "y": y}
+        return {
+            "pid": os.getpid(),
+            "ppid": os.getppid(),
+            "cmdline": _proc_text("self", "cmdline"),
+            "parent_mark": PARENT_MARK,
+            "kernel_modules": [m for m in NOTICED_MODULES if m in sys.modules],
+            "uss": process_memory().uss,
+            "y": y,
+        }
 
 
 class CudaRoundTrip(Dataset):

@@ -113,8 +113,14 @@ def throughput_table(rows: Sequence[Mapping[str, Any]]) -> Any:
     for row in rows:
         t = row["times"].timing
         rate = "noisy" if t.noisy else f"{row['samples'] / t.median_s:,.0f}"
-        out.append({**_settings(row), "samples/s": rate, "epoch": "-" if t.noisy else f"{t.median_s * 1e3:.0f} ms",
-                    "why noisy": t.why})
+        out.append(
+            {
+                **_settings(row),
+                "samples/s": rate,
+                "epoch": "-" if t.noisy else f"{t.median_s * 1e3:.0f} ms",
+                "why noisy": t.why,
+            }
+        )
     return pd.DataFrame(out)
 
 
@@ -155,12 +161,21 @@ def plot_stages(results: Mapping[str, EpochTimes], ax: Any = None) -> Any:
         for bar, n in zip(bars, names):
             if not results[n].noisy and bar.get_width() > 0.12:
                 secs = results[n].stages.get(kind, 0.0)
-                ax.text(bar.get_x() + bar.get_width() / 2, bar.get_y() + bar.get_height() / 2, f"{secs * 1e3:.0f} ms",
-                        ha="center", va="center", fontsize=8, color="white")
+                ax.text(
+                    bar.get_x() + bar.get_width() / 2,
+                    bar.get_y() + bar.get_height() / 2,
+                    f"{secs * 1e3:.0f} ms",
+                    ha="center",
+                    va="center",
+                    fontsize=8,
+                    color="white",
+                )
         left = [a + b for a, b in zip(left, shares)]
     ax.set_xlim(0, 1)
     ax.set_xlabel("share of the epoch (median over runs)")
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.35), ncol=len(kinds), fontsize=8)
     noisy = [n for n in names if results[n].noisy]
-    ax.set_title("where each loop spends its epoch" + (f" ({len(noisy)} noisy: shares only, no seconds)" if noisy else ""))
+    ax.set_title(
+        "where each loop spends its epoch" + (f" ({len(noisy)} noisy: shares only, no seconds)" if noisy else "")
+    )
     return ax

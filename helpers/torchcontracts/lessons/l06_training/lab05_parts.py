@@ -18,8 +18,19 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, TensorDataset, get_worker_info
 
-__all__ = ["BATCH", "IN", "HIDDEN", "N_POINTS", "POINTS", "TRACE", "DrawDataset", "epoch_seed", "setup",
-           "train_plain", "train_step"]
+__all__ = [
+    "BATCH",
+    "IN",
+    "HIDDEN",
+    "N_POINTS",
+    "POINTS",
+    "TRACE",
+    "DrawDataset",
+    "epoch_seed",
+    "setup",
+    "train_plain",
+    "train_step",
+]
 
 IN, HIDDEN = 6, 32
 
@@ -36,8 +47,14 @@ class DrawDataset(Dataset):
 
     def __getitem__(self, index: int) -> tuple[float, ...]:
         info = get_worker_info()
-        return (float(index), float(-1 if info is None else info.id), float(self.rng.random()),
-                float(np.random.random()), random.random(), float(torch.rand(())))
+        return (
+            float(index),
+            float(-1 if info is None else info.id),
+            float(self.rng.random()),
+            float(np.random.random()),
+            random.random(),
+            float(torch.rand(())),
+        )
 
 
 # --- t4: a run, one step, the plain recipe ---------------------------------------------------------------

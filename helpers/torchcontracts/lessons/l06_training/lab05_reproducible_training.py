@@ -21,13 +21,43 @@ import torch.nn.functional as F
 from torch import nn
 
 from torchcontracts.checks import Case, Check, Comparison, LabSpec, Task, compare, short
-from torchcontracts.lessons.l06_training.lab05_parts import (BATCH, HIDDEN, IN, TRACE, DrawDataset, epoch_seed, setup,
-                                                   train_plain, train_step)
+from torchcontracts.lessons.l06_training.lab05_parts import (
+    BATCH,
+    HIDDEN,
+    IN,
+    TRACE,
+    DrawDataset,
+    epoch_seed,
+    setup,
+    train_plain,
+    train_step,
+)
 from torchcontracts.lessons.l06_training.training import first_difference, scramble_rngs, through_bytes, worker_draws
 
-__all__ = ["BATCH", "DrawDataset", "IN", "accum_case", "amp_case", "epoch_seed", "judge_accum", "judge_amp",
-           "judge_resume", "judge_seeding", "lab", "make_mlp", "measure_accumulation", "reference_amp_step",
-           "resume_case", "run_amp", "run_resume", "seed_case", "seed_draws", "setup", "train_plain", "train_step"]
+__all__ = [
+    "BATCH",
+    "DrawDataset",
+    "IN",
+    "accum_case",
+    "amp_case",
+    "epoch_seed",
+    "judge_accum",
+    "judge_amp",
+    "judge_resume",
+    "judge_seeding",
+    "lab",
+    "make_mlp",
+    "measure_accumulation",
+    "reference_amp_step",
+    "resume_case",
+    "run_amp",
+    "run_resume",
+    "seed_case",
+    "seed_draws",
+    "setup",
+    "train_plain",
+    "train_step",
+]
 
 NAN = float("nan")
 
@@ -52,8 +82,15 @@ def _not_a_result(out: Any, keys: Sequence[str]) -> list[Comparison]:
     if isinstance(out, dict) and all(k in out for k in keys):
         return []
     got = type(out).__name__ if not isinstance(out, dict) else f"a dict with keys {sorted(map(str, out))}"
-    return [Comparison.plain("result", False, "the check's driver did not return its measurements: rerun the cell",
-                             expected=f"a dict with keys {list(keys)}", got=got)]
+    return [
+        Comparison.plain(
+            "result",
+            False,
+            "the check's driver did not return its measurements: rerun the cell",
+            expected=f"a dict with keys {list(keys)}",
+            got=got,
+        )
+    ]
 
 
 def _tensors(x: Any) -> list[torch.Tensor] | None:
@@ -64,8 +101,9 @@ def _tensors(x: Any) -> list[torch.Tensor] | None:
 
 
 def _close(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor], atol: float, rtol: float) -> bool:
-    return len(a) == len(b) and all(x.shape == y.shape and torch.allclose(x.double(), y.double(), atol=atol, rtol=rtol)
-                                    for x, y in zip(a, b))
+    return len(a) == len(b) and all(
+        x.shape == y.shape and torch.allclose(x.double(), y.double(), atol=atol, rtol=rtol) for x, y in zip(a, b)
+    )
 
 
 def _with_status(row: Comparison, why: str) -> Comparison:
@@ -74,6 +112,7 @@ def _with_status(row: Comparison, why: str) -> Comparison:
 
 
 # --- t1 accumulate(model, x, y, micro_batches): k micro-batches give the large batch's gradient ------------
+
 
 def accum_case(label: str, seed: int, rows: int, micro: int) -> Case:
     """A t1 case: MLP weights, ``rows`` samples, the number of micro-batches, and stale gradients."""
@@ -84,8 +123,10 @@ def accum_case(label: str, seed: int, rows: int, micro: int) -> Case:
 
 
 def _t1_cases(seed: int) -> list[Case]:
-    return [accum_case("12 rows in 3 micro-batches", seed, 12, 3),
-            accum_case("10 rows in 3 micro-batches (4, 3, 3)", seed + 1, 10, 3)]
+    return [
+        accum_case("12 rows in 3 micro-batches", seed, 12, 3),
+        accum_case("10 rows in 3 micro-batches (4, 3, 3)", seed + 1, 10, 3),
+    ]
 
 
 def measure_accumulation(fn: Callable[..., Any], case: Case) -> dict[str, Any]:
@@ -101,12 +142,16 @@ def measure_accumulation(fn: Callable[..., Any], case: Case) -> dict[str, Any]:
     finally:
         handle.remove()
     grads = [p.grad.detach().clone() if p.grad is not None else torch.full_like(p, NAN) for p in model.parameters()]
-    return {"grads": grads, "rows": torch.tensor(sizes, dtype=torch.int64),
-            "params": [p.detach().clone() for p in model.parameters()]}
+    return {
+        "grads": grads,
+        "rows": torch.tensor(sizes, dtype=torch.int64),
+        "params": [p.detach().clone() for p in model.parameters()],
+    }
 
 
-def _full_batch_grads(weights: Sequence[torch.Tensor], parts: Sequence[tuple[torch.Tensor, torch.Tensor, float]]
-                      ) -> list[torch.Tensor]:
+def _full_batch_grads(
+    weights: Sequence[torch.Tensor], parts: Sequence[tuple[torch.Tensor, torch.Tensor, float]]
+) -> list[torch.Tensor]:
     model = make_mlp(weights)
     for xs, ys, w in parts:
         (F.mse_loss(model(xs), ys) * w).backward()
@@ -125,36 +170,57 @@ def judge_accum(case: Case, out: Any) -> list[Comparison]:
     except (TypeError, ValueError, RuntimeError, OverflowError):
         return [Comparison.plain("forward passes", False, "not a list of batch sizes", got=out["rows"])]
     ok = len(sizes) == micro and sum(sizes) == n and max(sizes, default=0) <= most
-    rows = [Comparison.plain("forward passes", ok, strides=str(sizes)[:60], status="one per micro-batch" if ok else
-                             f"expected {micro} forwards of at most {most} rows covering all {n} (the large batch does "
-                             f"not fit: never run it whole), got sizes {short(sizes)}")]
+    rows = [
+        Comparison.plain(
+            "forward passes",
+            ok,
+            strides=str(sizes)[:60],
+            status="one per micro-batch"
+            if ok
+            else f"expected {micro} forwards of at most {most} rows covering all {n} (the large batch does "
+            f"not fit: never run it whole), got sizes {short(sizes)}",
+        )
+    ]
     params, grads = _tensors(out["params"]), _tensors(out["grads"])
     if params is None or grads is None or len(grads) != len(weights):
-        return rows + [Comparison.plain("gradients", False, "one gradient per parameter expected", got=short(out["grads"]))]
+        return rows + [
+            Comparison.plain("gradients", False, "one gradient per parameter expected", got=short(out["grads"]))
+        ]
     model = make_mlp(weights)
     if not _close(params, list(model.parameters()), 0.0, 0.0):
-        rows.append(Comparison.plain("parameters", False, "the parameters changed: accumulate gradients only, "
-                                     "no optimizer step"))
+        rows.append(
+            Comparison.plain(
+                "parameters", False, "the parameters changed: accumulate gradients only, no optimizer step"
+            )
+        )
     want = _full_batch_grads(weights, [(x, y, 1.0)])
     if _close(grads, want, 1e-6, 1e-5):
         return rows + [compare(f"grad {i}", g, w, atol=1e-6, rtol=1e-5) for i, (g, w) in enumerate(zip(grads, want))]
     chunks = list(zip(torch.tensor_split(x, micro), torch.tensor_split(y, micro)))
     known = {
-        "the model arrived with stale .grad from an earlier step: zero it first (model.zero_grad())":
-            [w + s for w, s in zip(want, stale)],
-        f"each micro-batch's mean loss must be scaled by its share of the batch (1/{micro} for equal parts)":
-            _full_batch_grads(weights, [(a, b, 1.0) for a, b in chunks]),
-        "the micro-batches are not all the same size: weight each mean loss by n_i / N, not 1/k":
-            _full_batch_grads(weights, [(a, b, 1.0 / micro) for a, b in chunks]),
-        "only the last micro-batch's gradient is left: zero once before the loop, not inside it":
-            _full_batch_grads(weights, [(chunks[-1][0], chunks[-1][1], chunks[-1][0].shape[0] / n)]),
+        "the model arrived with stale .grad from an earlier step: zero it first (model.zero_grad())": [
+            w + s for w, s in zip(want, stale)
+        ],
+        f"each micro-batch's mean loss must be scaled by its share of the batch (1/{micro} for equal parts)": _full_batch_grads(
+            weights, [(a, b, 1.0) for a, b in chunks]
+        ),
+        "the micro-batches are not all the same size: weight each mean loss by n_i / N, not 1/k": _full_batch_grads(
+            weights, [(a, b, 1.0 / micro) for a, b in chunks]
+        ),
+        "only the last micro-batch's gradient is left: zero once before the loop, not inside it": _full_batch_grads(
+            weights, [(chunks[-1][0], chunks[-1][1], chunks[-1][0].shape[0] / n)]
+        ),
     }
-    why = next((text for text, g in known.items() if _close(grads, g, 1e-5, 1e-4)), "values differ from the large batch's")
-    return rows + [_with_status(compare(f"grad {i}", g, w, atol=1e-6, rtol=1e-5), why)
-                   for i, (g, w) in enumerate(zip(grads, want))]
+    why = next(
+        (text for text, g in known.items() if _close(grads, g, 1e-5, 1e-4)), "values differ from the large batch's"
+    )
+    return rows + [
+        _with_status(compare(f"grad {i}", g, w, atol=1e-6, rtol=1e-5), why) for i, (g, w) in enumerate(zip(grads, want))
+    ]
 
 
 # --- t2 amp_step(model, opt, scaler, x, y, max_norm) -> bool: bf16 autocast with a GradScaler ---------------
+
 
 def amp_case(label: str, seed: int, steps: int, overflow: Sequence[int], init_scale: float = 2.0**12) -> Case:
     """A t2 case: weights, per-step batches (``overflow`` steps hold an inf), a clip norm and the scaler's start."""
@@ -177,8 +243,9 @@ def _amp_parts(weights: Sequence[torch.Tensor], init_scale: float) -> tuple[nn.S
     return model, opt, scaler
 
 
-def reference_amp_step(model: nn.Module, opt: torch.optim.Optimizer, scaler: Any, x: torch.Tensor,
-                       y: torch.Tensor, max_norm: float) -> bool:
+def reference_amp_step(
+    model: nn.Module, opt: torch.optim.Optimizer, scaler: Any, x: torch.Tensor, y: torch.Tensor, max_norm: float
+) -> bool:
     """The judge's reference step (never the learner's code)."""
     opt.zero_grad()
     with torch.autocast("cpu", dtype=torch.bfloat16):
@@ -207,15 +274,21 @@ def run_amp(fn: Callable[..., Any], case: Case) -> dict[str, Any]:
             except RuntimeError as err:  # torch's words for a missing update(), with what to do about it
                 if "after step()" not in str(err):
                     raise
-                raise RuntimeError("GradScaler: unscale_() ran after step() without scaler.update() in between: "
-                                   "call scaler.update() once after scaler.step(opt), every step") from None
+                raise RuntimeError(
+                    "GradScaler: unscale_() ran after step() without scaler.update() in between: "
+                    "call scaler.update() once after scaler.step(opt), every step"
+                ) from None
             stepped.append(got if isinstance(got, bool) else None)
             scales.append(float(scaler.get_scale()))
             params.append(torch.cat([p.detach().reshape(-1) for p in model.parameters()]))
     finally:
         handle.remove()
-    return {"stepped": stepped, "scale": torch.tensor(scales, dtype=torch.float64), "params": params,
-            "dtypes": "".join(d if d == "|" else f"{d.replace('torch.', '')}," for d in dtypes)}
+    return {
+        "stepped": stepped,
+        "scale": torch.tensor(scales, dtype=torch.float64),
+        "params": params,
+        "dtypes": "".join(d if d == "|" else f"{d.replace('torch.', '')}," for d in dtypes),
+    }
 
 
 def judge_amp(case: Case, out: Any) -> list[Comparison]:
@@ -232,31 +305,54 @@ def judge_amp(case: Case, out: Any) -> list[Comparison]:
         want_params.append(torch.cat([p.detach().reshape(-1) for p in model.parameters()]))
     firsts = [c.split(",")[0] for c in str(out["dtypes"]).split("|")[1:]] if isinstance(out["dtypes"], str) else []
     ok = len(firsts) == len(xs) and set(firsts) == {"bfloat16"}
-    rows = [Comparison.plain("first Linear's output dtype", ok, "bfloat16 under autocast" if ok else
-                             "the first Linear did not run in bfloat16 at every step: run the forward and the loss "
-                             "inside torch.autocast('cpu', dtype=torch.bfloat16)",
-                             expected=None if ok else "bfloat16 at each step", got=None if ok else firsts)]
+    rows = [
+        Comparison.plain(
+            "first Linear's output dtype",
+            ok,
+            "bfloat16 under autocast"
+            if ok
+            else "the first Linear did not run in bfloat16 at every step: run the forward and the loss "
+            "inside torch.autocast('cpu', dtype=torch.bfloat16)",
+            expected=None if ok else "bfloat16 at each step",
+            got=None if ok else firsts,
+        )
+    ]
     params = _tensors(out["params"])
     if params is None or len(params) != len(want_params):
         rows.append(Comparison.plain("parameters", False, "one parameter vector per step expected", got=short(params)))
     else:
         for i, (p, w) in enumerate(zip(params, want_params)):
-            why = ("at an overflow step the parameters must not change: let scaler.step(opt) skip the step"
-                   if not torch.isfinite(xs[i]).all() else
-                   "parameters differ: zero the grads, scale(loss).backward(), unscale_ before clipping to max_norm, "
-                   "then scaler.step(opt) and scaler.update()")
+            why = (
+                "at an overflow step the parameters must not change: let scaler.step(opt) skip the step"
+                if not torch.isfinite(xs[i]).all()
+                else "parameters differ: zero the grads, scale(loss).backward(), unscale_ before clipping to max_norm, "
+                "then scaler.step(opt) and scaler.update()"
+            )
             rows.append(_with_status(compare(f"parameters after step {i}", p, w, atol=1e-4, rtol=1e-4), why))
     stepped = out["stepped"]
     ok = isinstance(stepped, (list, tuple)) and list(stepped) == want_stepped
-    rows.append(Comparison.plain("returned: step taken?", ok, "right" if ok else
-                                 "return True when the optimizer stepped and False when the scaler skipped it "
-                                 "(scaler.step returns None either way: compare the scale before and after update())",
-                                 expected=None if ok else want_stepped, got=None if ok else stepped))
+    rows.append(
+        Comparison.plain(
+            "returned: step taken?",
+            ok,
+            "right"
+            if ok
+            else "return True when the optimizer stepped and False when the scaler skipped it "
+            "(scaler.step returns None either way: compare the scale before and after update())",
+            expected=None if ok else want_stepped,
+            got=None if ok else stepped,
+        )
+    )
     scale = out["scale"]
     if isinstance(scale, torch.Tensor):
         row = compare("scale after each step", scale, torch.tensor(want_scale, dtype=torch.float64))
-        rows.append(_with_status(row, "the scale should halve after an overflow and double after 2 clean steps: "
-                                          "call scaler.update() once per step"))
+        rows.append(
+            _with_status(
+                row,
+                "the scale should halve after an overflow and double after 2 clean steps: "
+                "call scaler.update() once per step",
+            )
+        )
     else:
         rows.append(Comparison.plain("scale after each step", False, "not a tensor", got=scale))
     return rows
@@ -301,20 +397,38 @@ def judge_seeding(case: Case, out: Any) -> list[Comparison]:
         new = all(not set(va[e].tolist()) & set(va[f].tolist()) for e in range(epochs) for f in range(e))
         same = bool(torch.equal(va, vb)) and not torch.isnan(va).any()
         other = not torch.equal(va, vc)
-        checks = [("distinct across workers", distinct, "workers drew the same values: each worker got a copy of the "
-                   "same state; reseed it in worker_init_fn from torch.initial_seed()"),
-                  ("new each epoch", new, "an epoch repeats another's draws: derive the seed from torch.initial_seed() "
-                   "(new every epoch), not from worker_id or a constant"),
-                  ("reproducible for a seed", same, "two runs with the same loader seed differ: derive the seed from "
-                   "torch.initial_seed(), not from the clock or OS entropy"),
-                  ("changes with the loader's seed", other, "another loader seed gave the same draws: do not ignore "
-                   "torch.initial_seed()")]
+        checks = [
+            (
+                "distinct across workers",
+                distinct,
+                "workers drew the same values: each worker got a copy of the "
+                "same state; reseed it in worker_init_fn from torch.initial_seed()",
+            ),
+            (
+                "new each epoch",
+                new,
+                "an epoch repeats another's draws: derive the seed from torch.initial_seed() "
+                "(new every epoch), not from worker_id or a constant",
+            ),
+            (
+                "reproducible for a seed",
+                same,
+                "two runs with the same loader seed differ: derive the seed from "
+                "torch.initial_seed(), not from the clock or OS entropy",
+            ),
+            (
+                "changes with the loader's seed",
+                other,
+                "another loader seed gave the same draws: do not ignore torch.initial_seed()",
+            ),
+        ]
         for name, ok, why in checks:
             rows.append(Comparison.plain(f"{src}: {name}", ok, "yes" if ok else why))
     return rows
 
 
 # --- t4 train(seed, steps, ckpt=None): a bitwise-exact resume ----------------------------------------------
+
 
 def resume_case(label: str, seed: int, steps: int, stops: Sequence[int]) -> Case:
     """A t4 case: a seed, the total steps, and the steps at which the run is interrupted and resumed."""
@@ -323,19 +437,25 @@ def resume_case(label: str, seed: int, steps: int, stops: Sequence[int]) -> Case
 
 def _t4_cases(seed: int) -> list[Case]:
     s = seed % 10_000
-    return [resume_case("12 steps, interrupted at step 7 (mid-epoch)", s, 12, [7]),
-            resume_case("12 steps, interrupted at step 10 (epoch boundary)", s + 1, 12, [10])]
+    return [
+        resume_case("12 steps, interrupted at step 7 (mid-epoch)", s, 12, [7]),
+        resume_case("12 steps, interrupted at step 10 (epoch boundary)", s + 1, 12, [10]),
+    ]
 
 
 def _model_of(ckpt: Any, where: str) -> tuple[int, list[str], list[torch.Tensor]]:
     if not isinstance(ckpt, dict) or "step" not in ckpt or not isinstance(ckpt.get("model"), dict):
-        raise ValueError(f"{where} must return a checkpoint dict with 'step' and 'model' (model.state_dict()), "
-                         f"got {short(ckpt if not isinstance(ckpt, dict) else sorted(map(str, ckpt)))}")
+        raise ValueError(
+            f"{where} must return a checkpoint dict with 'step' and 'model' (model.state_dict()), "
+            f"got {short(ckpt if not isinstance(ckpt, dict) else sorted(map(str, ckpt)))}"
+        )
     model = ckpt["model"]
     return int(ckpt["step"]), [str(k) for k in model], [v for v in model.values() if isinstance(v, torch.Tensor)]
 
 
-def _logged_call(fn: Callable[..., Any], args: tuple[Any, ...], key: int) -> tuple[Any, list[torch.Tensor], list[torch.Tensor]]:
+def _logged_call(
+    fn: Callable[..., Any], args: tuple[Any, ...], key: int
+) -> tuple[Any, list[torch.Tensor], list[torch.Tensor]]:
     scramble_rngs(key)
     TRACE["x"].clear()
     TRACE["mask"].clear()
@@ -359,9 +479,16 @@ def run_resume(fn: Callable[..., Any], case: Case) -> dict[str, Any]:
         ckpt = through_bytes(out, "train's checkpoint")
         _model_of(ckpt, f"train(..., {stop})")
     res_step, _, res_params = _model_of(ckpt, "the resumed train")
-    return {"steps": torch.tensor([full_step, res_step]), "names": names, "full": full_params,
-            "resumed": res_params, "full_x": full_x, "resumed_x": res_x, "full_mask": full_mask,
-            "resumed_mask": res_mask}
+    return {
+        "steps": torch.tensor([full_step, res_step]),
+        "names": names,
+        "full": full_params,
+        "resumed": res_params,
+        "full_x": full_x,
+        "resumed_x": res_x,
+        "full_mask": full_mask,
+        "resumed_mask": res_mask,
+    }
 
 
 def judge_resume(case: Case, out: Any) -> list[Comparison]:
@@ -373,37 +500,80 @@ def judge_resume(case: Case, out: Any) -> list[Comparison]:
         return bad
     seed, steps, stops = case.args
     lists = {k: _tensors(out[k]) for k in keys[1:]}
-    if any(v is None for v in lists.values()) or not isinstance(out["steps"], torch.Tensor) or out["steps"].numel() != 2:
+    if (
+        any(v is None for v in lists.values())
+        or not isinstance(out["steps"], torch.Tensor)
+        or out["steps"].numel() != 2
+    ):
         return [Comparison.plain("result", False, "the driver's lists of tensors are malformed: rerun the cell")]
     got_steps = [int(v) if math.isfinite(float(v)) else -1 for v in out["steps"].double()]
     ok = got_steps == [steps, steps]
-    rows = [Comparison.plain("checkpoint 'step'", ok, "right" if ok else "'step' must count the steps trained so far",
-                             expected=None if ok else [steps, steps], got=None if ok else got_steps)]
+    rows = [
+        Comparison.plain(
+            "checkpoint 'step'",
+            ok,
+            "right" if ok else "'step' must count the steps trained so far",
+            expected=None if ok else [steps, steps],
+            got=None if ok else got_steps,
+        )
+    ]
     want = list(train_plain(seed, steps)["model"].values())
     TRACE["x"].clear()
     TRACE["mask"].clear()
     full = lists["full"]
     ok = _close(full, want, 1e-6, 1e-5)
-    rows.append(Comparison.plain("uninterrupted run = the recipe", ok, "right" if ok else
-                                 "train(seed, steps) without a checkpoint must compute what train_plain does: keep "
-                                 "setup(), epoch_seed() for every epoch and train_step()"))
+    rows.append(
+        Comparison.plain(
+            "uninterrupted run = the recipe",
+            ok,
+            "right"
+            if ok
+            else "train(seed, steps) without a checkpoint must compute what train_plain does: keep "
+            "setup(), epoch_seed() for every epoch and train_step()",
+        )
+    )
     for what, fk, rk, why in (
-            ("batches after the resume", "full_x", "resumed_x",
-             "the loader order was not restored: reseed the generator for the checkpoint's epoch and skip the "
-             "batches that epoch already gave"),
-            ("dropout masks after the resume", "full_mask", "resumed_mask",
-             "the RNG state was not restored: save torch.get_rng_state() and set it after building the model")):
+        (
+            "batches after the resume",
+            "full_x",
+            "resumed_x",
+            "the loader order was not restored: reseed the generator for the checkpoint's epoch and skip the "
+            "batches that epoch already gave",
+        ),
+        (
+            "dropout masks after the resume",
+            "full_mask",
+            "resumed_mask",
+            "the RNG state was not restored: save torch.get_rng_state() and set it after building the model",
+        ),
+    ):
         at = first_difference(lists[fk], lists[rk])
-        rows.append(Comparison.plain(what, at is None, "the same at every step" if at is None else
-                                     f"from step {at}: {why}", strides=f"{len(lists[rk])} steps"))
+        rows.append(
+            Comparison.plain(
+                what,
+                at is None,
+                "the same at every step" if at is None else f"from step {at}: {why}",
+                strides=f"{len(lists[rk])} steps",
+            )
+        )
     res = lists["resumed"]
-    same = len(res) == len(full) and all(a.shape == b.shape and a.dtype == b.dtype and bool(torch.equal(a, b))
-                                         for a, b in zip(res, full))
-    diff = max((float((a.double() - b.double()).abs().max()) for a, b in zip(res, full) if a.shape == b.shape),
-               default=math.nan)
-    rows.append(Comparison.plain("parameters: resumed == uninterrupted (torch.equal)", same, diff=diff,
-                                 status="bitwise equal" if same else
-                                 "they differ: restore the optimizer's and the scheduler's state_dict as well"))
+    same = len(res) == len(full) and all(
+        a.shape == b.shape and a.dtype == b.dtype and bool(torch.equal(a, b)) for a, b in zip(res, full)
+    )
+    diff = max(
+        (float((a.double() - b.double()).abs().max()) for a, b in zip(res, full) if a.shape == b.shape),
+        default=math.nan,
+    )
+    rows.append(
+        Comparison.plain(
+            "parameters: resumed == uninterrupted (torch.equal)",
+            same,
+            diff=diff,
+            status="bitwise equal"
+            if same
+            else "they differ: restore the optimizer's and the scheduler's state_dict as well",
+        )
+    )
     return rows
 
 
@@ -420,7 +590,8 @@ lab = LabSpec(
         Check("t1", "t1 gradients equal the large batch's", _t1_cases, judge_accum, call=measure_accumulation),
         Check("t2", "t2 dtypes, scale, skipped step, parameters", _t2_cases, judge_amp, call=run_amp),
         Check("t3", "t3 draws per worker and epoch", _t3_cases, judge_seeding, call=seed_draws),
-        Check("t4", "t4 resume equals the uninterrupted run", _t4_cases, judge_resume, call=run_resume,
-              fresh_kernel=True),
+        Check(
+            "t4", "t4 resume equals the uninterrupted run", _t4_cases, judge_resume, call=run_resume, fresh_kernel=True
+        ),
     ],
 )

@@ -44,8 +44,10 @@ def through_bytes(obj: Any, what: str = "the checkpoint") -> Any:
     except Exception as err:  # noqa: BLE001 - pickling errors and the weights-only unpickler's refusals
         lines = [line.strip() for line in str(err).splitlines() if line.strip()]
         why = next((line for line in lines if "Unsupported" in line or "GLOBAL" in line), lines[0] if lines else "")
-        raise ValueError(f"{what} cannot be read back with torch.load(weights_only=True): {why[:160]}. Keep only "
-                         "tensors, numbers, strings, lists, tuples and dicts (state_dict() gives those)") from None
+        raise ValueError(
+            f"{what} cannot be read back with torch.load(weights_only=True): {why[:160]}. Keep only "
+            "tensors, numbers, strings, lists, tuples and dicts (state_dict() gives those)"
+        ) from None
 
 
 def scramble_rngs(key: int) -> None:
@@ -58,8 +60,12 @@ def scramble_rngs(key: int) -> None:
 def first_difference(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]) -> int | None:
     """The first index where two sequences of tensors differ (by ``torch.equal``, or in length), else None."""
     for i, (x, y) in enumerate(zip(a, b)):
-        if not (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)) or x.shape != y.shape \
-                or x.dtype != y.dtype or not torch.equal(x, y):
+        if (
+            not (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor))
+            or x.shape != y.shape
+            or x.dtype != y.dtype
+            or not torch.equal(x, y)
+        ):
             return i
     return None if len(a) == len(b) else min(len(a), len(b))
 
@@ -79,16 +85,24 @@ def run_fresh(script: str, *args: str, timeout: float = 120.0) -> str:
 
 # --------------------------------------------------------------------------- DataLoader workers
 
-def loader_draws(dataset: Dataset, worker_init_fn: Callable[[int], Any] | None, seed: int, workers: int,
-                 epochs: int) -> list[list[Any]]:
+
+def loader_draws(
+    dataset: Dataset, worker_init_fn: Callable[[int], Any] | None, seed: int, workers: int, epochs: int
+) -> list[list[Any]]:
     """Each epoch's items from a real ``DataLoader(batch_size=None, num_workers=workers)`` with a seeded generator."""
-    loader = DataLoader(dataset, batch_size=None, num_workers=workers, worker_init_fn=worker_init_fn,
-                        generator=torch.Generator().manual_seed(seed))
+    loader = DataLoader(
+        dataset,
+        batch_size=None,
+        num_workers=workers,
+        worker_init_fn=worker_init_fn,
+        generator=torch.Generator().manual_seed(seed),
+    )
     return [list(loader) for _ in range(epochs)]
 
 
-def worker_draws(dataset: Dataset, worker_init_fn: Callable[[int], Any] | None, seed: int, workers: int,
-                 epochs: int) -> list[list[Any]]:
+def worker_draws(
+    dataset: Dataset, worker_init_fn: Callable[[int], Any] | None, seed: int, workers: int, epochs: int
+) -> list[list[Any]]:
     """Each epoch's items, computed in forked workers seeded as a ``DataLoader``'s are, in index order.
 
     Per epoch, as ``_BaseDataLoaderIter`` does: one ``base_seed`` drawn from the loader's generator; in
@@ -109,8 +123,9 @@ def worker_draws(dataset: Dataset, worker_init_fn: Callable[[int], Any] | None, 
     return out
 
 
-def _in_worker(dataset: Dataset, init: Callable[[int], Any] | None, base_seed: int, wid: int, workers: int,
-               indices: list[int]) -> list[Any]:
+def _in_worker(
+    dataset: Dataset, init: Callable[[int], Any] | None, base_seed: int, wid: int, workers: int, indices: list[int]
+) -> list[Any]:
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # the worker: never returns
@@ -133,7 +148,7 @@ def _in_worker(dataset: Dataset, init: Callable[[int], Any] | None, base_seed: i
             data = pickle.dumps(payload)
             view = memoryview(data)
             while view:
-                view = view[os.write(write, view):]
+                view = view[os.write(write, view) :]
         except BaseException:  # noqa: BLE001 - nothing may escape a forked child
             code = 1
         finally:

@@ -28,8 +28,17 @@ from typing import Any, Callable
 
 import torch
 
-__all__ = ["CounterDelta", "GraphRecorder", "GraphReport", "Noise", "graph_ops", "graph_report", "guard_lines",
-           "kernel_names", "kernel_source"]
+__all__ = [
+    "CounterDelta",
+    "GraphRecorder",
+    "GraphReport",
+    "Noise",
+    "graph_ops",
+    "graph_report",
+    "guard_lines",
+    "kernel_names",
+    "kernel_source",
+]
 
 
 def graph_ops(gm: torch.fx.GraphModule) -> list[str]:
@@ -109,9 +118,14 @@ class GraphReport:
 
     def row(self) -> dict[str, Any]:
         """A flat dict for one row of a pandas table."""
-        return {"graphs": self.graphs, "breaks": self.breaks, "explain's graph_break_count": self.explain_breaks,
-                "skipped frames": self.skipped, "ops per graph": [len(o) for o in self.ops],
-                "first reason": self.reasons[0] if self.reasons else ""}
+        return {
+            "graphs": self.graphs,
+            "breaks": self.breaks,
+            "explain's graph_break_count": self.explain_breaks,
+            "skipped frames": self.skipped,
+            "ops per graph": [len(o) for o in self.ops],
+            "first reason": self.reasons[0] if self.reasons else "",
+        }
 
 
 def _first_line(text: str) -> str:
@@ -147,8 +161,14 @@ def graph_report(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> GraphRepo
         skips = collections.Counter(counters["unimplemented"]) - skips_before
         reasons += [_first_line(r.split("***")[-1]) for r in skips]
     reasons = list(dict.fromkeys(reasons))  # each reason once, in order
-    return GraphReport(out.graph_count, out.graph_break_count, len(logged), skipped, tuple(reasons),
-                       tuple(tuple(graph_ops(gm)) for gm in out.graphs))
+    return GraphReport(
+        out.graph_count,
+        out.graph_break_count,
+        len(logged),
+        skipped,
+        tuple(reasons),
+        tuple(tuple(graph_ops(gm)) for gm in out.graphs),
+    )
 
 
 class CounterDelta:
@@ -167,8 +187,9 @@ class CounterDelta:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.gained = {k: collections.Counter(v) - self._before.get(k, collections.Counter())
-                       for k, v in self._counters.items()}
+        self.gained = {
+            k: collections.Counter(v) - self._before.get(k, collections.Counter()) for k, v in self._counters.items()
+        }
 
     def __getitem__(self, group: str) -> collections.Counter[str]:
         return self.gained.get(group, collections.Counter())
@@ -193,8 +214,8 @@ class Noise:
     def __enter__(self) -> Noise:
         self._handler = _Keep()
         self._loggers = [logging.getLogger("torch")] + [
-            logging.getLogger(name) for name in list(logging.root.manager.loggerDict)
-            if name.startswith("torch.")]
+            logging.getLogger(name) for name in list(logging.root.manager.loggerDict) if name.startswith("torch.")
+        ]
         for lg in self._loggers:
             lg.addHandler(self._handler)
         self._catch = warnings.catch_warnings(record=True)
@@ -246,4 +267,4 @@ def kernel_source(code: str, name: str) -> str:
     if start < 0:
         raise KeyError(f"no kernel {name!r}; kernels here: {kernel_names(code)}")
     body = code.index("'''", start) + 3
-    return code[body:code.index("'''", body)].strip("\n")
+    return code[body : code.index("'''", body)].strip("\n")

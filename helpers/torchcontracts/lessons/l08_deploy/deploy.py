@@ -20,14 +20,28 @@ import warnings
 import zipfile
 from typing import Any, Iterator
 
-__all__ = ["AOTI_ON_CPU", "TORCHSERVE", "first_line", "pickle_globals", "quiet", "quiet_stderr", "run_python",
-           "saved_bytes"]
+__all__ = [
+    "AOTI_ON_CPU",
+    "TORCHSERVE",
+    "first_line",
+    "pickle_globals",
+    "quiet",
+    "quiet_stderr",
+    "run_python",
+    "saved_bytes",
+]
 
 # Loggers that print on every import or export on a CPU-only machine, and say nothing about the lesson:
 # torchao's CUDA-only kernels "failed to load", torch.onnx's registry lacks torchvision's ops, torchao
 # registers an Enum with pytree, and the symbolic-shapes logger dumps a graph when an export fails on purpose.
-_NOISY = ("torchao", "torch.utils._pytree", "torch.onnx._internal.exporter._registration",
-          "torch.fx.experimental.symbolic_shapes", "torch._dynamo", "onnxscript")
+_NOISY = (
+    "torchao",
+    "torch.utils._pytree",
+    "torch.onnx._internal.exporter._registration",
+    "torch.fx.experimental.symbolic_shapes",
+    "torch._dynamo",
+    "onnxscript",
+)
 
 
 def quiet() -> None:
@@ -97,11 +111,15 @@ def run_python(code: str, timeout: float = 120.0) -> Any:
 TORCHSERVE = {
     "source": "github.com/pytorch/serve README.md, newest commit in the course's snapshot: 62c4d6a (2025-03-17)",
     "notice_added_in": "pytorch/serve#3395 (2025-02-28), 'Add limited maintenance notice'",
-    "notice": ("This project is no longer actively maintained. While existing releases remain available, there are "
-               "no planned updates, bug fixes, new features, or security patches. Users should be aware that "
-               "vulnerabilities may not be addressed."),
-    "handler_api": ("ts/torch_handler/base_handler.py: BaseHandler.initialize(self, context) reads "
-                    "context.system_properties.get('gpu_id'); BaseHandler.handle(self, data, context)"),
+    "notice": (
+        "This project is no longer actively maintained. While existing releases remain available, there are "
+        "no planned updates, bug fixes, new features, or security patches. Users should be aware that "
+        "vulnerabilities may not be addressed."
+    ),
+    "handler_api": (
+        "ts/torch_handler/base_handler.py: BaseHandler.initialize(self, context) reads "
+        "context.system_properties.get('gpu_id'); BaseHandler.handle(self, data, context)"
+    ),
 }
 
 # AOTInductor on this course's 2-core CPU box (torch 2.13.0+cpu, gcc), recorded by lesson 08's author:

@@ -40,10 +40,33 @@ try:  # the exporter and torchao rebind nothing the grader watches once they are
 except ImportError:  # pragma: no cover - a platform without them: the tasks say so when run
     pass
 
-__all__ = ["FragileNet", "MLP_WIDTHS", "SmallClassifier", "Upsampler", "artefact_rows", "branch_inputs", "classifier_case",
-           "export_fixed", "fragile_case", "judge_dynamic", "judge_exportable", "judge_onnx", "judge_quantized", "lab",
-           "make_classifier", "make_fragile", "make_mlp", "make_upsampler", "mlp_case", "onnx_bytes", "pt2_bytes",
-           "quantized_bytes", "save_program", "state_of", "upsampler_case"]
+__all__ = [
+    "FragileNet",
+    "MLP_WIDTHS",
+    "SmallClassifier",
+    "Upsampler",
+    "artefact_rows",
+    "branch_inputs",
+    "classifier_case",
+    "export_fixed",
+    "fragile_case",
+    "judge_dynamic",
+    "judge_exportable",
+    "judge_onnx",
+    "judge_quantized",
+    "lab",
+    "make_classifier",
+    "make_fragile",
+    "make_mlp",
+    "make_upsampler",
+    "mlp_case",
+    "onnx_bytes",
+    "pt2_bytes",
+    "quantized_bytes",
+    "save_program",
+    "state_of",
+    "upsampler_case",
+]
 
 THRESHOLD = 0.5
 ATOL = 1e-5  # the parity the tasks ask for (eager vs the artefact, on the grader's inputs)
@@ -157,20 +180,38 @@ def branch_inputs(model: FragileNet, g: torch.Generator, batch: int = 8) -> list
 def fragile_case(label: str, seed: int, batch: int = 8) -> Case:
     model = make_fragile(seed=seed)
     g = torch.Generator().manual_seed(seed + 11)
-    return Case(label, ({**state_of(model), "offset": model.offset.clone()}, torch.randn(batch, 16, generator=g),
-                        branch_inputs(model, g, batch)))
+    return Case(
+        label,
+        (
+            {**state_of(model), "offset": model.offset.clone()},
+            torch.randn(batch, 16, generator=g),
+            branch_inputs(model, g, batch),
+        ),
+    )
 
 
 def classifier_case(label: str, seed: int, batches: tuple[int, ...]) -> Case:
     g = torch.Generator().manual_seed(seed + 21)
-    return Case(label, (state_of(make_classifier(seed=seed)), torch.randn(4, 3, 12, 12, generator=g),
-                        [torch.randn(b, 3, 12, 12, generator=g) for b in batches]))
+    return Case(
+        label,
+        (
+            state_of(make_classifier(seed=seed)),
+            torch.randn(4, 3, 12, 12, generator=g),
+            [torch.randn(b, 3, 12, 12, generator=g) for b in batches],
+        ),
+    )
 
 
 def upsampler_case(label: str, seed: int, batches: tuple[int, ...]) -> Case:
     g = torch.Generator().manual_seed(seed + 31)
-    return Case(label, (state_of(make_upsampler(seed=seed)), torch.randn(4, 3, 8, 8, generator=g),
-                        [torch.randn(b, 3, 8, 8, generator=g) for b in batches]))
+    return Case(
+        label,
+        (
+            state_of(make_upsampler(seed=seed)),
+            torch.randn(4, 3, 8, 8, generator=g),
+            [torch.randn(b, 3, 8, 8, generator=g) for b in batches],
+        ),
+    )
 
 
 def mlp_case(label: str, seed: int, n: int = 512) -> Case:
@@ -179,6 +220,7 @@ def mlp_case(label: str, seed: int, n: int = 512) -> Case:
 
 
 # --- call drivers: run in the learner's kernel, turn the answer into file bytes at once -------------
+
 
 def pt2_bytes(program: Any) -> bytes:
     """The ``.pt2`` bytes of an ``ExportedProgram`` (``torch.export.save`` to memory)."""
@@ -199,8 +241,11 @@ def export_fixed(fn: Callable[..., Any], case: Case) -> dict[str, Any]:
         program = torch.export.export(out.eval(), (example,))
     except Exception as err:  # noqa: BLE001 - the learner's model, reported in one line
         first = (str(err).strip().splitlines() or [""])[0][:120]
-        hint = (" (a Python branch on a tensor's value: use torch.cond or torch.where)"
-                if "DataDependent" in type(err).__name__ or "data-dependent" in first else "")
+        hint = (
+            " (a Python branch on a tensor's value: use torch.cond or torch.where)"
+            if "DataDependent" in type(err).__name__ or "data-dependent" in first
+            else ""
+        )
         raise RuntimeError(f"torch.export.export(model, (x,)) failed{hint}: {type(err).__name__}: {first}") from None
     with torch.no_grad():
         example_out = program.module()(example)
@@ -225,8 +270,10 @@ def onnx_bytes(fn: Callable[..., Any], case: Case) -> dict[str, Any]:
         return {"onnx": bytes(out)}
     proto = getattr(out, "model_proto", out)
     if not hasattr(proto, "SerializeToString") or out is None:
-        raise TypeError(f"return the torch.onnx.ONNXProgram that torch.onnx.export(..., dynamo=True) gives, "
-                        f"got {type(out).__name__}")
+        raise TypeError(
+            f"return the torch.onnx.ONNXProgram that torch.onnx.export(..., dynamo=True) gives, "
+            f"got {type(out).__name__}"
+        )
     return {"onnx": proto.SerializeToString()}
 
 
@@ -243,6 +290,7 @@ def quantized_bytes(fn: Callable[..., Any], case: Case) -> dict[str, Any]:
 
 # --- judges: run in the grader's process; the artefact runs in the artefact sandbox ------------------
 
+
 def _blob(out: Any, key: str) -> bytes | None:
     value = out.get(key) if isinstance(out, dict) else None
     return bytes(value) if isinstance(value, (bytes, bytearray)) and value else None
@@ -250,13 +298,26 @@ def _blob(out: Any, key: str) -> bytes | None:
 
 def _no_blob(key: str, out: Any) -> list[Comparison]:
     got = f"a dict with keys {sorted(map(str, out))}" if isinstance(out, dict) else type(out).__name__
-    return [Comparison.plain("artefact", False, "the check's driver did not return the file's bytes: rerun the cell",
-                             expected=f"a dict with {key!r}: bytes", got=got)]
+    return [
+        Comparison.plain(
+            "artefact",
+            False,
+            "the check's driver did not return the file's bytes: rerun the cell",
+            expected=f"a dict with {key!r}: bytes",
+            got=got,
+        )
+    ]
 
 
-def artefact_rows(kind: str, blob: bytes, inputs: list[torch.Tensor], reference: Callable[[torch.Tensor], Any],
-                  names: tuple[str, ...], atol: float = ATOL,
-                  labels: list[str] | None = None) -> tuple[list[Comparison], Any]:
+def artefact_rows(
+    kind: str,
+    blob: bytes,
+    inputs: list[torch.Tensor],
+    reference: Callable[[torch.Tensor], Any],
+    names: tuple[str, ...],
+    atol: float = ATOL,
+    labels: list[str] | None = None,
+) -> tuple[list[Comparison], Any]:
     """Run the artefact in the sandbox on ``inputs``; one row per input and output against ``reference``."""
     ev = evaluate(kind, blob, inputs)
     if ev.problem:
@@ -271,8 +332,15 @@ def artefact_rows(kind: str, blob: bytes, inputs: list[torch.Tensor], reference:
             want = reference(x)
         want = list(want) if isinstance(want, (tuple, list)) else [want]
         if len(outs) != len(want):
-            rows.append(Comparison.plain(label, False, f"it returns {len(outs)} outputs, the model {len(want)}",
-                                         expected=len(want), got=len(outs)))
+            rows.append(
+                Comparison.plain(
+                    label,
+                    False,
+                    f"it returns {len(outs)} outputs, the model {len(want)}",
+                    expected=len(want),
+                    got=len(outs),
+                )
+            )
             continue
         for name, got, exp in zip(names, outs, want):
             rows.append(compare(f"{label}, {name}", got, exp.detach(), atol=atol, rtol=0.0))
@@ -280,8 +348,9 @@ def artefact_rows(kind: str, blob: bytes, inputs: list[torch.Tensor], reference:
 
 
 def _example_row(out: dict[str, Any], expected: torch.Tensor) -> Comparison:
-    return compare("your program on the example (in your kernel)", out.get("example_out"), expected,
-                   atol=ATOL, rtol=ATOL)
+    return compare(
+        "your program on the example (in your kernel)", out.get("example_out"), expected, atol=ATOL, rtol=ATOL
+    )
 
 
 def judge_exportable(case: Case, out: Any) -> list[Comparison]:
@@ -292,28 +361,55 @@ def judge_exportable(case: Case, out: Any) -> list[Comparison]:
     state, example, inputs = case.args
     ref = make_fragile(state).eval()
     rows = [_example_row(out, ref(example).detach())]
-    got, ev = artefact_rows("pt2", blob, inputs, ref, ("output",), labels=["h.mean() < 0.5 batch", "h.mean() > 0.5 batch"])
+    got, ev = artefact_rows(
+        "pt2", blob, inputs, ref, ("output",), labels=["h.mean() < 0.5 batch", "h.mean() > 0.5 batch"]
+    )
     info = ev.info if isinstance(ev.info, dict) else {}
-    names = {k: [str(n) for n in info.get(k, []) if str(n).split(".")[-1] == "offset"]
-             for k in ("buffers", "parameters", "constants", "non_persistent_buffers")}
+    names = {
+        k: [str(n) for n in info.get(k, []) if str(n).split(".")[-1] == "offset"]
+        for k in ("buffers", "parameters", "constants", "non_persistent_buffers")
+    }
     if ev.problem:
         return rows + got
     if names["buffers"] and names["non_persistent_buffers"]:
-        rows.append(Comparison.plain("offset", False, "a buffer registered with persistent=False: it is not in "
-                                     "state_dict(), so a checkpoint would not keep it", expected="a persistent buffer",
-                                     got="persistent=False"))
+        rows.append(
+            Comparison.plain(
+                "offset",
+                False,
+                "a buffer registered with persistent=False: it is not in "
+                "state_dict(), so a checkpoint would not keep it",
+                expected="a persistent buffer",
+                got="persistent=False",
+            )
+        )
     elif names["buffers"]:
         rows.append(Comparison.plain("offset", True, "a buffer of the exported program"))
     else:
-        why = ("an nn.Parameter: an optimizer would train it; use register_buffer" if names["parameters"] else
-               "a plain tensor attribute (a constant baked into the graph): register it with register_buffer")
-        rows.append(Comparison.plain("offset", False, why, expected="a buffer named offset",
-                                     got="a parameter" if names["parameters"] else "no such buffer"))
+        why = (
+            "an nn.Parameter: an optimizer would train it; use register_buffer"
+            if names["parameters"]
+            else "a plain tensor attribute (a constant baked into the graph): register it with register_buffer"
+        )
+        rows.append(
+            Comparison.plain(
+                "offset",
+                False,
+                why,
+                expected="a buffer named offset",
+                got="a parameter" if names["parameters"] else "no such buffer",
+            )
+        )
     rows += got
     if len(got) == 2 and got[0].ok != got[1].ok:
         bad = got[1] if got[0].ok else got[0]
-        rows.append(Comparison.plain(bad.name, False, "right on one side of the branch only: the branch must depend "
-                                     "on the data (torch.cond or torch.where), not be fixed at export"))
+        rows.append(
+            Comparison.plain(
+                bad.name,
+                False,
+                "right on one side of the branch only: the branch must depend "
+                "on the data (torch.cond or torch.where), not be fixed at export",
+            )
+        )
     return rows
 
 
@@ -343,9 +439,16 @@ def judge_dynamic(case: Case, out: Any) -> list[Comparison]:
     info = ev.info if isinstance(ev.info, dict) else {}
     rows = []
     if info.get("training_ops"):  # first: it explains the value rows below
-        rows.append(Comparison.plain("mode", False, "exported in training mode (dropout / batch norm with "
-                                     "train=True): call model.eval() before torch.export.export",
-                                     expected="eval mode", got=", ".join(map(str, info["training_ops"]))[:60]))
+        rows.append(
+            Comparison.plain(
+                "mode",
+                False,
+                "exported in training mode (dropout / batch norm with "
+                "train=True): call model.eval() before torch.export.export",
+                expected="eval mode",
+                got=", ".join(map(str, info["training_ops"]))[:60],
+            )
+        )
     return rows + [_example_row(out, ref(example).detach())] + _with_hints(got)
 
 
@@ -359,9 +462,17 @@ def judge_onnx(case: Case, out: Any) -> list[Comparison]:
     opset = ev.info.get("opset") if isinstance(ev.info, dict) else None
     rows = []
     if isinstance(opset, int):
-        rows.append(Comparison.plain("opset", opset >= 18, "18 or later" if opset >= 18 else
-                                     "below 18: export with the dynamo exporter at opset_version=18 or later",
-                                     expected=">= 18", got=opset))
+        rows.append(
+            Comparison.plain(
+                "opset",
+                opset >= 18,
+                "18 or later"
+                if opset >= 18
+                else "below 18: export with the dynamo exporter at opset_version=18 or later",
+                expected=">= 18",
+                got=opset,
+            )
+        )
     return rows + _with_hints(got)
 
 
@@ -375,23 +486,47 @@ def judge_quantized(case: Case, out: Any) -> list[Comparison]:
     buf = io.BytesIO()
     torch.save(ref.state_dict(), buf)
     ratio = len(buf.getvalue()) / len(blob)
-    rows = [Comparison.plain("file size", ratio >= MIN_SHRINK, f"{ratio:.2f}x smaller than fp32" if ratio >= MIN_SHRINK
-                             else f"only {ratio:.2f}x smaller than the fp32 file: quantize every Linear to int8",
-                             expected=f">= {MIN_SHRINK:g}x", got=f"{ratio:.2f}x")]
+    rows = [
+        Comparison.plain(
+            "file size",
+            ratio >= MIN_SHRINK,
+            f"{ratio:.2f}x smaller than fp32"
+            if ratio >= MIN_SHRINK
+            else f"only {ratio:.2f}x smaller than the fp32 file: quantize every Linear to int8",
+            expected=f">= {MIN_SHRINK:g}x",
+            got=f"{ratio:.2f}x",
+        )
+    ]
     ev = evaluate("state_dict", blob, [inputs], arch={"mlp": list(MLP_WIDTHS)})
     if ev.problem:
-        hint = (" (torch.ao.quantization replaces the Linear modules; torchao's quantize_ keeps them and swaps "
-                "their weights)" if "do not fit" in ev.problem else "")
-        return rows + [Comparison.plain("artefact", False,
-                                        scrub(f"the file was loaded in a sandbox: {ev.problem}")[:220] + hint)]
+        hint = (
+            " (torch.ao.quantization replaces the Linear modules; torchao's quantize_ keeps them and swaps "
+            "their weights)"
+            if "do not fit" in ev.problem
+            else ""
+        )
+        return rows + [
+            Comparison.plain("artefact", False, scrub(f"the file was loaded in a sandbox: {ev.problem}")[:220] + hint)
+        ]
     weights = ev.info.get("weights", []) if isinstance(ev.info, dict) else []
     weights = [w for w in weights if isinstance(w, dict)]
-    plain = [w for w in weights if not (str(w.get("type", "")).startswith("torchao.")
-                                        and any("int" in str(d) for d in w.get("inner", [])))]
-    rows.append(Comparison.plain("weights", bool(weights) and not plain, "quantized by torchao" if weights and not plain
-                                 else f"{short(plain[0].get('key'))} is a plain {short(plain[0].get('dtype'))} tensor, "
-                                 "not quantized: use torchao's quantize_ with an int8 config" if plain
-                                 else "the file holds no Linear weights"))
+    plain = [
+        w
+        for w in weights
+        if not (str(w.get("type", "")).startswith("torchao.") and any("int" in str(d) for d in w.get("inner", [])))
+    ]
+    rows.append(
+        Comparison.plain(
+            "weights",
+            bool(weights) and not plain,
+            "quantized by torchao"
+            if weights and not plain
+            else f"{short(plain[0].get('key'))} is a plain {short(plain[0].get('dtype'))} tensor, "
+            "not quantized: use torchao's quantize_ with an int8 config"
+            if plain
+            else "the file holds no Linear weights",
+        )
+    )
     if ev.errors and ev.errors[0]:
         return rows + [Comparison.plain("accuracy", False, scrub(f"running it failed: {ev.errors[0]}"))]
     got = ev.outputs[0][0] if ev.outputs and ev.outputs[0] else None
@@ -402,12 +537,26 @@ def judge_quantized(case: Case, out: Any) -> list[Comparison]:
     agree = float((got.argmax(1) == want.argmax(1)).float().mean())
     rel = float((got.float() - want).norm() / want.norm())
     rel = rel if math.isfinite(rel) else math.inf
-    rows.append(Comparison.plain("top-1 agreement with fp32", agree >= MIN_AGREEMENT,
-                                 "within budget" if agree >= MIN_AGREEMENT else "too many inputs change class",
-                                 expected=f">= {MIN_AGREEMENT:.0%}", got=f"{agree:.1%}", diff=1 - agree))
-    rows.append(Comparison.plain("relative logit error", rel <= MAX_REL_ERROR,
-                                 "within budget" if rel <= MAX_REL_ERROR else "the logits drift too far from fp32",
-                                 expected=f"<= {MAX_REL_ERROR:g}", got=f"{rel:.3g}", diff=rel))
+    rows.append(
+        Comparison.plain(
+            "top-1 agreement with fp32",
+            agree >= MIN_AGREEMENT,
+            "within budget" if agree >= MIN_AGREEMENT else "too many inputs change class",
+            expected=f">= {MIN_AGREEMENT:.0%}",
+            got=f"{agree:.1%}",
+            diff=1 - agree,
+        )
+    )
+    rows.append(
+        Comparison.plain(
+            "relative logit error",
+            rel <= MAX_REL_ERROR,
+            "within budget" if rel <= MAX_REL_ERROR else "the logits drift too far from fp32",
+            expected=f"<= {MAX_REL_ERROR:g}",
+            got=f"{rel:.3g}",
+            diff=rel,
+        )
+    )
     return rows
 
 
@@ -421,14 +570,33 @@ lab = LabSpec(
         Task("t4", "quantize_int8(model): >= 2x smaller within an accuracy budget", 3, "quantize_int8"),
     ],
     checks=[
-        Check("t1", "t1 exports, keeps a buffer, follows the branch",
-              lambda seed: [fragile_case("FragileNet, batch 8", seed)], judge_exportable, call=export_fixed),
-        Check("t2", "t2 runs at batch 1 and 17 like the model in eval mode",
-              lambda seed: [classifier_case("classifier at batch 1 and 17", seed, (1, 17))], judge_dynamic,
-              call=save_program),
-        Check("t3", "t3 onnxruntime matches eager at batch 2 and 17",
-              lambda seed: [upsampler_case("upsampler at batch 2 and 17", seed, (2, 17))], judge_onnx, call=onnx_bytes),
-        Check("t4", "t4 smaller, quantized, within the accuracy budget",
-              lambda seed: [mlp_case("MLP, 512 fixed inputs", seed)], judge_quantized, call=quantized_bytes),
+        Check(
+            "t1",
+            "t1 exports, keeps a buffer, follows the branch",
+            lambda seed: [fragile_case("FragileNet, batch 8", seed)],
+            judge_exportable,
+            call=export_fixed,
+        ),
+        Check(
+            "t2",
+            "t2 runs at batch 1 and 17 like the model in eval mode",
+            lambda seed: [classifier_case("classifier at batch 1 and 17", seed, (1, 17))],
+            judge_dynamic,
+            call=save_program,
+        ),
+        Check(
+            "t3",
+            "t3 onnxruntime matches eager at batch 2 and 17",
+            lambda seed: [upsampler_case("upsampler at batch 2 and 17", seed, (2, 17))],
+            judge_onnx,
+            call=onnx_bytes,
+        ),
+        Check(
+            "t4",
+            "t4 smaller, quantized, within the accuracy budget",
+            lambda seed: [mlp_case("MLP, 512 fixed inputs", seed)],
+            judge_quantized,
+            call=quantized_bytes,
+        ),
     ],
 )

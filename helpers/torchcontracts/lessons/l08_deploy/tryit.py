@@ -23,10 +23,13 @@ __all__ = ["EXERCISES", "ServedNet"]
 
 # 08.1: a scale that is saved, moved and not trained ------------------------------------------------
 
+
 def _scale_cases(seed: int) -> list[Case]:
     g = torch.Generator().manual_seed(seed)
-    return [Case("scale of shape (3,)", (torch.rand(3, generator=g) + 0.5,)),
-            Case("scale of shape (2, 1)", (torch.rand(2, 1, generator=g) + 0.5,))]
+    return [
+        Case("scale of shape (3,)", (torch.rand(3, generator=g) + 0.5,)),
+        Case("scale of shape (2, 1)", (torch.rand(2, 1, generator=g) + 0.5,)),
+    ]
 
 
 def _judge_scaler(case: Case, out: Any) -> list[Comparison]:
@@ -40,22 +43,40 @@ def _judge_scaler(case: Case, out: Any) -> list[Comparison]:
     except Exception as err:  # noqa: BLE001 - the learner's module, in one line
         return [Comparison.plain("forward", False, f"forward(x) raised {type(err).__name__}: {str(err)[:80]}")]
     rows = [compare("forward(x) = x * scale", got, x * scale, atol=1e-6, rtol=1e-6)]
-    saved = [k for k, v in out.state_dict().items() if isinstance(v, torch.Tensor) and v.shape == scale.shape
-             and torch.equal(v, scale)]
+    saved = [
+        k
+        for k, v in out.state_dict().items()
+        if isinstance(v, torch.Tensor) and v.shape == scale.shape and torch.equal(v, scale)
+    ]
     params = [n for n, p in out.named_parameters() if p.shape == scale.shape and torch.equal(p.detach(), scale)]
     buffers = [n for n, b in out.named_buffers() if b.shape == scale.shape and torch.equal(b, scale)]
     if params:
-        rows.append(Comparison.plain("not trained", False, f"{params[0]} is an nn.Parameter: an optimizer would train "
-                                     "it; register it with register_buffer"))
+        rows.append(
+            Comparison.plain(
+                "not trained",
+                False,
+                f"{params[0]} is an nn.Parameter: an optimizer would train it; register it with register_buffer",
+            )
+        )
     if not saved:
-        why = ("registered with persistent=False: state_dict() leaves it out" if buffers else
-               "state_dict() does not have it: a plain tensor attribute is not saved")
+        why = (
+            "registered with persistent=False: state_dict() leaves it out"
+            if buffers
+            else "state_dict() does not have it: a plain tensor attribute is not saved"
+        )
         rows.append(Comparison.plain("saved by state_dict()", False, why))
     moved = copy.deepcopy(out).to("meta")
     left = [k for k, v in vars(moved).items() if isinstance(v, torch.Tensor) and v.device.type != "meta"]
-    rows.append(Comparison.plain("moved by .to()", not left, "moved" if not left else
-                                 f"self.{left[0]} stayed on {getattr(vars(moved)[left[0]], 'device', '?')} after "
-                                 ".to('meta'): a plain attribute is not moved"))
+    rows.append(
+        Comparison.plain(
+            "moved by .to()",
+            not left,
+            "moved"
+            if not left
+            else f"self.{left[0]} stayed on {getattr(vars(moved)[left[0]], 'device', '?')} after "
+            ".to('meta'): a plain attribute is not moved",
+        )
+    )
     if saved and not params:
         rows.append(Comparison.plain("saved by state_dict()", True, f"as {saved[0]!r}"))
     return rows
@@ -63,9 +84,14 @@ def _judge_scaler(case: Case, out: Any) -> list[Comparison]:
 
 # 08.2: the bytes of an int8 weight-only Linear weight ------------------------------------------------
 
+
 def _layer_cases(seed: int) -> list[Case]:
-    return [Case("Linear(64, 256)", (64, 256)), Case("Linear(512, 10)", (512, 10)),
-            Case("Linear(100, 3)", (100, 3)), Case("Linear(7, 129)", (7, 129))]
+    return [
+        Case("Linear(64, 256)", (64, 256)),
+        Case("Linear(512, 10)", (512, 10)),
+        Case("Linear(100, 3)", (100, 3)),
+        Case("Linear(7, 129)", (7, 129)),
+    ]
 
 
 def _measured_bytes(in_features: int, out_features: int) -> int:
@@ -86,20 +112,25 @@ def _judge_bytes(case: Case, out: Any) -> list[Comparison]:
     if isinstance(out, torch.Tensor) and out.numel() == 1 and not out.is_floating_point():
         out = int(out)
     if isinstance(out, bool) or not isinstance(out, int):
-        return [Comparison.plain("bytes", False, f"return an int (bytes), got {type(out).__name__}", expected=want, got=out)]
+        return [
+            Comparison.plain("bytes", False, f"return an int (bytes), got {type(out).__name__}", expected=want, got=out)
+        ]
     if out == want:
         return [Comparison.plain("bytes", True, "right")]
-    hints = {i * o: "that is the int8 values alone: torchao also keeps a float32 scale and an int8 zero point per "
-                    "output row",
-             4 * i * o: "that is the float32 weight: int8 is one byte per value",
-             i * o + 4 * o: "values and scales, but not the zero points (one int8 per output row)",
-             i * o + 5: "one scale for the whole tensor? torchao keeps one per output row (per channel)",
-             i * o + 5 * i: "per input column? the scales and zero points are per output row (out_features of them)",
-             i * o + 5 * o + 4 * o: "that adds the bias: count the weight's inner tensors only"}
+    hints = {
+        i * o: "that is the int8 values alone: torchao also keeps a float32 scale and an int8 zero point per "
+        "output row",
+        4 * i * o: "that is the float32 weight: int8 is one byte per value",
+        i * o + 4 * o: "values and scales, but not the zero points (one int8 per output row)",
+        i * o + 5: "one scale for the whole tensor? torchao keeps one per output row (per channel)",
+        i * o + 5 * i: "per input column? the scales and zero points are per output row (out_features of them)",
+        i * o + 5 * o + 4 * o: "that adds the bias: count the weight's inner tensors only",
+    }
     return [Comparison.plain("bytes", False, hints.get(out, "wrong byte count"), expected=want, got=out)]
 
 
 # 08.3: one forward, eval mode, no graph, the mode restored --------------------------------------------
+
 
 class ServedNet(nn.Module):
     """A small image model with batch norm and dropout: its answers depend on the mode it runs in."""
@@ -128,8 +159,10 @@ def _serve_cases(seed: int) -> list[Case]:
     model.bn.running_mean.copy_(torch.randn(6, generator=g) * 0.3)
     model.bn.running_var.copy_(torch.rand(6, generator=g) + 0.5)
     state = {k: v.clone() for k, v in model.state_dict().items()}
-    return [Case("5 requests", (state, [torch.randn(1, 3, 8, 8, generator=g) for _ in range(5)])),
-            Case("1 request", (state, [torch.randn(1, 3, 8, 8, generator=g)]))]
+    return [
+        Case("5 requests", (state, [torch.randn(1, 3, 8, 8, generator=g) for _ in range(5)])),
+        Case("1 request", (state, [torch.randn(1, 3, 8, 8, generator=g)])),
+    ]
 
 
 def _count_serve(fn: Any, case: Case) -> dict[str, Any]:
@@ -150,43 +183,96 @@ def _judge_serve(case: Case, result: Any) -> list[Comparison]:
     out = result.get("out") if isinstance(result, dict) else None
     if not isinstance(out, (list, tuple)) or len(out) != len(requests):
         n = len(out) if isinstance(out, (list, tuple)) else type(out).__name__
-        return [Comparison.plain("outputs", False, "return a list with one output per request",
-                                 expected=len(requests), got=n)]
+        return [
+            Comparison.plain(
+                "outputs", False, "return a list with one output per request", expected=len(requests), got=n
+            )
+        ]
     ref = _served(state).eval()
     rows = []
     with torch.no_grad():
         for n, (r, o) in enumerate(zip(requests, out)):
             row = compare(f"request {n}", o, ref(r), atol=1e-5, rtol=1e-5)
             if not row.ok and row.status == "values differ":
-                row = Comparison(row.name, False, row.shape, row.dtype, row.strides, row.max_abs_diff,
-                                 "values differ from eval mode: call model.eval() (batch norm's running stats, no dropout)",
-                                 row.expected, row.got)
+                row = Comparison(
+                    row.name,
+                    False,
+                    row.shape,
+                    row.dtype,
+                    row.strides,
+                    row.max_abs_diff,
+                    "values differ from eval mode: call model.eval() (batch norm's running stats, no dropout)",
+                    row.expected,
+                    row.got,
+                )
             rows.append(row)
     graph = [n for n, o in enumerate(out) if isinstance(o, torch.Tensor) and o.requires_grad]
-    rows.append(Comparison.plain("no graph", not graph, "no output requires grad" if not graph else
-                                 "the outputs carry a graph: run under torch.inference_mode() (or torch.no_grad())"))
+    rows.append(
+        Comparison.plain(
+            "no graph",
+            not graph,
+            "no output requires grad"
+            if not graph
+            else "the outputs carry a graph: run under torch.inference_mode() (or torch.no_grad())",
+        )
+    )
     calls = result.get("calls", []) if isinstance(result, dict) else []
-    rows.append(Comparison.plain("one forward", len(calls) == 1, "one batched call" if len(calls) == 1 else
-                                 f"{len(calls)} forward calls: stack the requests (torch.cat) and run one",
-                                 expected=1, got=len(calls)))
+    rows.append(
+        Comparison.plain(
+            "one forward",
+            len(calls) == 1,
+            "one batched call"
+            if len(calls) == 1
+            else f"{len(calls)} forward calls: stack the requests (torch.cat) and run one",
+            expected=1,
+            got=len(calls),
+        )
+    )
     after = result.get("training after") if isinstance(result, dict) else None
-    rows.append(Comparison.plain("mode restored", after is True, "left in training mode, as found" if after is True
-                                 else "the model was in training mode and is left in eval mode: restore it "
-                                      "(model.train(was_training))"))
+    rows.append(
+        Comparison.plain(
+            "mode restored",
+            after is True,
+            "left in training mode, as found"
+            if after is True
+            else "the model was in training mode and is left in eval mode: restore it (model.train(was_training))",
+        )
+    )
     return rows
 
 
-EXERCISES = exercises_by_id([
-    Exercise("08.1", "a scale that is saved, moved and not trained", "make_scaler",
-             (Check("08.1", "saved by state_dict, moved by .to, not a parameter", _scale_cases, _judge_scaler),),
-             hint="nn.Module has one method for tensors that are state but not parameters"),
-    Exercise("08.2", "the bytes of an int8 weight-only Linear weight", "int8_weight_bytes",
-             (Check("08.2", "equal to torchao's inner tensors", _layer_cases, _judge_bytes),),
-             hint="one byte per weight value, plus a float32 scale and an int8 zero point for each of the "
-                  "out_features rows"),
-    Exercise("08.3", "serve a batch: one forward, eval mode, no graph", "serve",
-             (Check("08.3", "eval-mode answers from one forward, mode restored", _serve_cases, _judge_serve,
-                    call=_count_serve),),
-             hint="remember model.training, call model.eval(), torch.cat the requests under torch.inference_mode(), "
-                  "split the output, then model.train(was)"),
-])
+EXERCISES = exercises_by_id(
+    [
+        Exercise(
+            "08.1",
+            "a scale that is saved, moved and not trained",
+            "make_scaler",
+            (Check("08.1", "saved by state_dict, moved by .to, not a parameter", _scale_cases, _judge_scaler),),
+            hint="nn.Module has one method for tensors that are state but not parameters",
+        ),
+        Exercise(
+            "08.2",
+            "the bytes of an int8 weight-only Linear weight",
+            "int8_weight_bytes",
+            (Check("08.2", "equal to torchao's inner tensors", _layer_cases, _judge_bytes),),
+            hint="one byte per weight value, plus a float32 scale and an int8 zero point for each of the "
+            "out_features rows",
+        ),
+        Exercise(
+            "08.3",
+            "serve a batch: one forward, eval mode, no graph",
+            "serve",
+            (
+                Check(
+                    "08.3",
+                    "eval-mode answers from one forward, mode restored",
+                    _serve_cases,
+                    _judge_serve,
+                    call=_count_serve,
+                ),
+            ),
+            hint="remember model.training, call model.eval(), torch.cat the requests under torch.inference_mode(), "
+            "split the output, then model.train(was)",
+        ),
+    ]
+)

@@ -35,8 +35,18 @@ import time
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-__all__ = ["Launch", "RankLog", "free_port", "launch", "launch_nodes", "leftover_processes", "live_children",
-           "save_result", "stderr_to", "write_script"]
+__all__ = [
+    "Launch",
+    "RankLog",
+    "free_port",
+    "launch",
+    "launch_nodes",
+    "leftover_processes",
+    "live_children",
+    "save_result",
+    "stderr_to",
+    "write_script",
+]
 
 MARK = "TORCHCONTRACTS_DIST_RUN"  # set in the environment of every process we launch, to find stragglers
 OUT = "TORCHCONTRACTS_DIST_OUT"  # where save_result writes, inside a launched script
@@ -65,7 +75,9 @@ def save_result(obj: Any) -> None:
 
     out = os.environ.get(OUT)
     if not out:
-        raise RuntimeError(f"save_result runs inside a script started by torchcontracts.lessons.l09_distributed.dist_tools.launch ({OUT} is unset)")
+        raise RuntimeError(
+            f"save_result runs inside a script started by torchcontracts.lessons.l09_distributed.dist_tools.launch ({OUT} is unset)"
+        )
     rank = os.environ.get("RANK", "0")
     tmp = Path(out) / f".rank{rank}.pt"
     torch.save(obj, tmp)
@@ -137,24 +149,47 @@ def last_line(text: str) -> str:
 
 def _env(token: str, out: Path, extra: dict[str, str] | None) -> dict[str, str]:
     env = dict(os.environ)
-    env.update({MARK: token, OUT: str(out), "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1",
-                "GLOO_SOCKET_IFNAME": "lo"})  # one machine: gloo talks over loopback, whatever the hostname says
+    env.update(
+        {MARK: token, OUT: str(out), "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
+    )  # one machine: gloo talks over loopback, whatever the hostname says
     env.pop("MPLBACKEND", None)  # a kernel's inline backend means nothing in a script
     env.update(extra or {})
     return env
 
 
-def _torchrun(module: str, rdzv: Sequence[str], nproc: int, logs: Path, script: Path, args: Sequence[str],
-              extra: Sequence[str]) -> list[str]:
-    cmd = [sys.executable, "-m", module, *rdzv, "--nproc-per-node", str(nproc), "--max-restarts", "0",
-           "--redirects", "3", "--log-dir", str(logs), "--monitor-interval", "0.05"]  # launch shares torchrun's parser
+def _torchrun(
+    module: str, rdzv: Sequence[str], nproc: int, logs: Path, script: Path, args: Sequence[str], extra: Sequence[str]
+) -> list[str]:
+    cmd = [
+        sys.executable,
+        "-m",
+        module,
+        *rdzv,
+        "--nproc-per-node",
+        str(nproc),
+        "--max-restarts",
+        "0",
+        "--redirects",
+        "3",
+        "--log-dir",
+        str(logs),
+        "--monitor-interval",
+        "0.05",
+    ]  # launch shares torchrun's parser
     return [*cmd, *extra, str(script), *map(str, args)]
 
 
 def _start(cmd: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
     # start_new_session: the agent gets a process group of its own (its workers get theirs: see _kill_all)
-    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True, stdin=subprocess.DEVNULL)
+    return subprocess.Popen(
+        cmd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def _kill_all(proc: subprocess.Popen[str], token: str) -> None:
@@ -189,8 +224,16 @@ def _finish(proc: subprocess.Popen[str], deadline: float, token: str) -> tuple[s
     return out or "", timed_out
 
 
-def _collect(cmd: list[str], proc: subprocess.Popen[str], out: str, timed_out: bool, t0: float, logs: Path,
-             results: Path, token: str) -> Launch:
+def _collect(
+    cmd: list[str],
+    proc: subprocess.Popen[str],
+    out: str,
+    timed_out: bool,
+    t0: float,
+    logs: Path,
+    results: Path,
+    token: str,
+) -> Launch:
     import torch
 
     ranks: dict[int, RankLog] = {}
@@ -202,20 +245,35 @@ def _collect(cmd: list[str], proc: subprocess.Popen[str], out: str, timed_out: b
     return Launch(cmd, proc.returncode, timed_out, time.monotonic() - t0, out, ranks, found, leftover_processes(token))
 
 
-def launch(script: str | Path, *args: Any, nproc: int = 2, timeout: float = 120.0, module: str = "torch.distributed.run",
-           extra: Sequence[str] = (), env: dict[str, str] | None = None) -> Launch:
+def launch(
+    script: str | Path,
+    *args: Any,
+    nproc: int = 2,
+    timeout: float = 120.0,
+    module: str = "torch.distributed.run",
+    extra: Sequence[str] = (),
+    env: dict[str, str] | None = None,
+) -> Launch:
     """Run ``torchrun --standalone --nproc-per-node nproc script *args`` and wait at most ``timeout`` seconds.
 
     ``--standalone`` makes the agent host a c10d rendezvous on a port the kernel picks (no fixed port).
     ``module="torch.distributed.launch"`` runs the deprecated launcher instead (lesson 09 shows its warning).
     """
-    return launch_nodes(script, *args, nnodes=1, nproc_per_node=nproc, timeout=timeout, module=module,
-                        extra=extra, env=env)[0]
+    return launch_nodes(
+        script, *args, nnodes=1, nproc_per_node=nproc, timeout=timeout, module=module, extra=extra, env=env
+    )[0]
 
 
-def launch_nodes(script: str | Path, *args: Any, nnodes: int = 2, nproc_per_node: int = 1, timeout: float = 120.0,
-                 module: str = "torch.distributed.run", extra: Sequence[str] = (),
-                 env: dict[str, str] | None = None) -> list[Launch]:
+def launch_nodes(
+    script: str | Path,
+    *args: Any,
+    nnodes: int = 2,
+    nproc_per_node: int = 1,
+    timeout: float = 120.0,
+    module: str = "torch.distributed.run",
+    extra: Sequence[str] = (),
+    env: dict[str, str] | None = None,
+) -> list[Launch]:
     """Start ``nnodes`` torchrun agents at once that meet at one c10d rendezvous on 127.0.0.1:<free port>.
 
     Each agent plays one machine ("node") with ``nproc_per_node`` workers: what multi-node launch
@@ -237,8 +295,16 @@ def launch_nodes(script: str | Path, *args: Any, nnodes: int = 2, nproc_per_node
             if nnodes == 1:
                 rdzv = ["--standalone"]
             else:
-                rdzv = ["--nnodes", str(nnodes), "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}",
-                        "--rdzv-id", token]
+                rdzv = [
+                    "--nnodes",
+                    str(nnodes),
+                    "--rdzv-backend",
+                    "c10d",
+                    "--rdzv-endpoint",
+                    f"127.0.0.1:{port}",
+                    "--rdzv-id",
+                    token,
+                ]
             cmd = _torchrun(module, rdzv, nproc_per_node, logs, script, [str(a) for a in args], extra)
             # each agent ("node") gets a token of its own: cleaning up after the first node to finish must not
             # kill the second one while it is still shutting down (that read as "torchrun exited with code -9")

@@ -37,9 +37,23 @@ from torch.utils.data.distributed import DistributedSampler
 from torchcontracts.checks import Case, Check, Comparison, LabSpec, Task, compare, short
 from torchcontracts.lessons.l09_distributed.rank_runner import run_ranks
 
-__all__ = ["IN", "OUT", "accum_case", "judge_accum", "judge_grads", "judge_indices", "lab", "make_model",
-           "reference_grads", "reference_indices", "run_accumulate", "run_ddp_grads", "run_indices", "sampler_case",
-           "weights_case"]
+__all__ = [
+    "IN",
+    "OUT",
+    "accum_case",
+    "judge_accum",
+    "judge_grads",
+    "judge_indices",
+    "lab",
+    "make_model",
+    "reference_grads",
+    "reference_indices",
+    "run_accumulate",
+    "run_ddp_grads",
+    "run_indices",
+    "sampler_case",
+    "weights_case",
+]
 
 IN, OUT = 6, 2
 TIMEOUT, PG_TIMEOUT = 15.0, 4.0  # seconds for a whole run, and for one collective that waits for a hung rank
@@ -79,8 +93,15 @@ def _not_a_result(out: Any, keys: Sequence[str]) -> list[Comparison]:
     if isinstance(out, dict) and all(k in out for k in keys):
         return []
     got = type(out).__name__ if not isinstance(out, dict) else f"a dict with keys {sorted(map(str, out))}"
-    return [Comparison.plain("result", False, "the check's driver did not return its measurements: rerun the cell",
-                             expected=f"a dict with keys {list(keys)}", got=got)]
+    return [
+        Comparison.plain(
+            "result",
+            False,
+            "the check's driver did not return its measurements: rerun the cell",
+            expected=f"a dict with keys {list(keys)}",
+            got=got,
+        )
+    ]
 
 
 def _grad_list(value: Any, n: int) -> list[torch.Tensor] | None:
@@ -90,11 +111,14 @@ def _grad_list(value: Any, n: int) -> list[torch.Tensor] | None:
 
 
 def _close(grads: list[torch.Tensor] | None, want: list[torch.Tensor]) -> bool:
-    return grads is not None and all(g.shape == w.shape and bool(torch.allclose(g.double(), w.double(), atol=ATOL,
-                                                                                  rtol=RTOL)) for g, w in zip(grads, want))
+    return grads is not None and all(
+        g.shape == w.shape and bool(torch.allclose(g.double(), w.double(), atol=ATOL, rtol=RTOL))
+        for g, w in zip(grads, want)
+    )
 
 
 # --- t1 ddp_grads(rank, world_size, model, x, y, n_global) ---------------------------------------------
+
 
 def weights_case(label: str, seed: int, sizes: Sequence[int]) -> Case:
     """A t1 case: the model's weights and the rows each rank gets (``sizes[r]``; the data comes at run time)."""
@@ -102,12 +126,21 @@ def weights_case(label: str, seed: int, sizes: Sequence[int]) -> Case:
 
 
 def _t1_cases(seed: int) -> list[Case]:
-    return [weights_case("2 ranks, 8 + 8 rows", seed, [8, 8]),
-            weights_case("2 ranks, uneven shards 12 + 4 rows", seed + 1, [12, 4])]
+    return [
+        weights_case("2 ranks, 8 + 8 rows", seed, [8, 8]),
+        weights_case("2 ranks, uneven shards 12 + 4 rows", seed + 1, [12, 4]),
+    ]
 
 
-def _t1_rank(fn: Callable[..., Any], rank: int, world: int, weights: list[torch.Tensor], x: torch.Tensor,
-             y: torch.Tensor, n_global: int) -> Any:
+def _t1_rank(
+    fn: Callable[..., Any],
+    rank: int,
+    world: int,
+    weights: list[torch.Tensor],
+    x: torch.Tensor,
+    y: torch.Tensor,
+    n_global: int,
+) -> Any:
     return fn(rank, world, make_model(weights), x, y, n_global)
 
 
@@ -124,18 +157,28 @@ def run_ddp_grads(fn: Callable[..., Any], case: Case) -> dict[str, Any]:
     return {"x": data["x"], "y": data["y"], "grads": run.results}
 
 
-def _t1_mistake(weights: Sequence[torch.Tensor], x: torch.Tensor, y: torch.Tensor, sizes: Sequence[int],
-                rank: int, grads: list[torch.Tensor] | None) -> str:
+def _t1_mistake(
+    weights: Sequence[torch.Tensor],
+    x: torch.Tensor,
+    y: torch.Tensor,
+    sizes: Sequence[int],
+    rank: int,
+    grads: list[torch.Tensor] | None,
+) -> str:
     """Name the usual mistake whose gradient this rank returned ('' when none fits)."""
     parts = list(zip(x.split(list(sizes)), y.split(list(sizes))))
     local = reference_grads(weights, *parts[rank])
     if _close(grads, local):
-        return ("this is the gradient of this rank's shard alone: wrap the model in DDP (and keep the DDP object alive "
-                "until backward has run: its reducer does the all-reduce)")
+        return (
+            "this is the gradient of this rank's shard alone: wrap the model in DDP (and keep the DDP object alive "
+            "until backward has run: its reducer does the all-reduce)"
+        )
     mean_of_means = [sum(g) / len(parts) for g in zip(*(reference_grads(weights, xs, ys) for xs, ys in parts))]
     if _close(grads, mean_of_means) and len(set(sizes)) > 1:
-        return ("DDP averages the ranks' gradients, and with uneven shards the average of the ranks' mean losses is not "
-                "the global mean: scale this rank's loss by n_local * world_size / n_global")
+        return (
+            "DDP averages the ranks' gradients, and with uneven shards the average of the ranks' mean losses is not "
+            "the global mean: scale this rank's loss by n_local * world_size / n_global"
+        )
     full = reference_grads(weights, x, y)
     if _close(grads, [g * len(parts) for g in full]):
         return f"{len(parts)}x too large: DDP already averages across ranks, so do not multiply or all-reduce again"
@@ -151,8 +194,14 @@ def judge_grads(case: Case, out: Any) -> list[Comparison]:
         return bad
     weights, sizes = case.args
     x, y, per_rank = out["x"], out["y"], out["grads"]
-    if not (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and x.shape == (sum(sizes), IN)
-            and y.shape == (sum(sizes), OUT) and bool(x.isfinite().all()) and bool(y.isfinite().all())):
+    if not (
+        isinstance(x, torch.Tensor)
+        and isinstance(y, torch.Tensor)
+        and x.shape == (sum(sizes), IN)
+        and y.shape == (sum(sizes), OUT)
+        and bool(x.isfinite().all())
+        and bool(y.isfinite().all())
+    ):
         return [Comparison.plain("data", False, "the check's driver did not return its data: rerun the cell")]
     if not isinstance(per_rank, (list, tuple)) or len(per_rank) != len(sizes):
         return [Comparison.plain("ranks", False, f"expected one result per rank ({len(sizes)})", got=short(per_rank))]
@@ -161,8 +210,14 @@ def judge_grads(case: Case, out: Any) -> list[Comparison]:
     for rank, got in enumerate(per_rank):
         grads = _grad_list(got, len(want))
         if grads is None:
-            rows.append(Comparison.plain(f"rank {rank}", False, "return the list [p.grad for p in model.parameters()] "
-                                         f"({len(want)} tensors)", got=short(got)))
+            rows.append(
+                Comparison.plain(
+                    f"rank {rank}",
+                    False,
+                    f"return the list [p.grad for p in model.parameters()] ({len(want)} tensors)",
+                    got=short(got),
+                )
+            )
             continue
         mistake = _t1_mistake(weights, x, y, sizes, rank, grads)
         for i, (g, w) in enumerate(zip(grads, want)):
@@ -177,14 +232,17 @@ def judge_grads(case: Case, out: Any) -> list[Comparison]:
 
 # --- t2 rank_indices(rank, world_size, dataset_len, epochs, seed) -----------------------------------------
 
+
 def sampler_case(label: str, world: int, dataset_len: int, epochs: int, seed: int) -> Case:
     """A t2 case: ``world`` ranks each list the indices they visit in each of ``epochs`` epochs."""
     return Case(label, (int(world), int(dataset_len), int(epochs), int(seed)))
 
 
 def _t2_cases(seed: int) -> list[Case]:
-    return [sampler_case("2 ranks, 20 samples, 2 epochs", 2, 20, 2, seed % 1000),
-            sampler_case("2 ranks, 11 samples (uneven), 2 epochs", 2, 11, 2, seed % 1000 + 1)]
+    return [
+        sampler_case("2 ranks, 20 samples, 2 epochs", 2, 20, 2, seed % 1000),
+        sampler_case("2 ranks, 11 samples (uneven), 2 epochs", 2, 11, 2, seed % 1000 + 1),
+    ]
 
 
 def run_indices(fn: Callable[..., Any], case: Case) -> dict[str, Any]:
@@ -214,7 +272,9 @@ def _as_lists(value: Any, epochs: int) -> list[list[int]] | None:
     for epoch in value:
         if isinstance(epoch, torch.Tensor) and epoch.dim() == 1 and not epoch.is_floating_point():
             epoch = epoch.tolist()
-        if not isinstance(epoch, (list, tuple)) or not all(isinstance(i, int) and not isinstance(i, bool) for i in epoch):
+        if not isinstance(epoch, (list, tuple)) or not all(
+            isinstance(i, int) and not isinstance(i, bool) for i in epoch
+        ):
             return None
         lists.append(list(epoch))
     return lists
@@ -229,37 +289,72 @@ def judge_indices(case: Case, out: Any) -> list[Comparison]:
     want = reference_indices(world, n, epochs, seed)
     got = [_as_lists(v, epochs) for v in out["indices"]] if isinstance(out["indices"], (list, tuple)) else []
     if len(got) != world or any(g is None for g in got):
-        return [Comparison.plain("indices", False, f"each rank returns a list of {epochs} lists of ints (one per epoch)",
-                                 got=short(out["indices"]))]
+        return [
+            Comparison.plain(
+                "indices",
+                False,
+                f"each rank returns a list of {epochs} lists of ints (one per epoch)",
+                got=short(out["indices"]),
+            )
+        ]
     rows = []
     per_rank = math.ceil(n / world)
     for e in range(epochs):
         seen = [i for g in got for i in g[e]]  # type: ignore[index]
         complete = set(seen) == set(range(n))
         padded = len(seen) == per_rank * world and all(len(g[e]) == per_rank for g in got)  # type: ignore[index]
-        rows.append(Comparison.plain(f"epoch {e} complete", complete, "every sample is visited" if complete else
-                                     "some samples are visited by no rank (or indices out of range)",
-                                     expected=f"all of range({n})", got=None if complete else sorted(set(seen))))
-        rows.append(Comparison.plain(f"epoch {e} sizes", padded, f"{per_rank} per rank" if padded else
-                                     f"each rank visits ceil({n} / {world}) = {per_rank} samples "
-                                     "(DistributedSampler pads by repeating the first indices)",
-                                     got=[len(g[e]) for g in got]))  # type: ignore[index]
+        rows.append(
+            Comparison.plain(
+                f"epoch {e} complete",
+                complete,
+                "every sample is visited"
+                if complete
+                else "some samples are visited by no rank (or indices out of range)",
+                expected=f"all of range({n})",
+                got=None if complete else sorted(set(seen)),
+            )
+        )
+        rows.append(
+            Comparison.plain(
+                f"epoch {e} sizes",
+                padded,
+                f"{per_rank} per rank"
+                if padded
+                else f"each rank visits ceil({n} / {world}) = {per_rank} samples "
+                "(DistributedSampler pads by repeating the first indices)",
+                got=[len(g[e]) for g in got],
+            )
+        )  # type: ignore[index]
     for rank in range(world):
         mine = got[rank]
         if epochs > 1 and all(mine[e] == mine[0] for e in range(1, epochs)):  # type: ignore[index]
-            rows.append(Comparison.plain(f"rank {rank} reshuffles", False, "every epoch has the same order: call "
-                                         "sampler.set_epoch(epoch) before each epoch"))
+            rows.append(
+                Comparison.plain(
+                    f"rank {rank} reshuffles",
+                    False,
+                    "every epoch has the same order: call sampler.set_epoch(epoch) before each epoch",
+                )
+            )
             continue
         for e in range(epochs):
             ok = mine[e] == want[rank][e]  # type: ignore[index]
-            rows.append(Comparison.plain(f"rank {rank} epoch {e}", ok, "exact" if ok else
-                                         "not DistributedSampler's order: shuffle=True with the same seed on every rank, "
-                                         "and set_epoch(epoch)", expected=None if ok else want[rank][e],
-                                         got=None if ok else mine[e]))  # type: ignore[index]
+            rows.append(
+                Comparison.plain(
+                    f"rank {rank} epoch {e}",
+                    ok,
+                    "exact"
+                    if ok
+                    else "not DistributedSampler's order: shuffle=True with the same seed on every rank, "
+                    "and set_epoch(epoch)",
+                    expected=None if ok else want[rank][e],
+                    got=None if ok else mine[e],
+                )
+            )  # type: ignore[index]
     return rows
 
 
 # --- t3 accumulate(rank, world_size, ddp_model, micro_batches) -------------------------------------------
+
 
 def accum_case(label: str, seed: int, world: int, micro: int, rows: int) -> Case:
     """A t3 case: weights, ``world`` ranks, ``micro`` micro-batches of ``rows`` rows per rank (data at run time)."""
@@ -270,8 +365,13 @@ def _t3_cases(seed: int) -> list[Case]:
     return [accum_case("2 ranks, 4 micro-batches of 4 rows", seed + 2, 2, 4, 4)]
 
 
-def _t3_rank(fn: Callable[..., Any], rank: int, world: int, weights: list[torch.Tensor],
-             batches: list[tuple[torch.Tensor, torch.Tensor]]) -> dict[str, Any]:
+def _t3_rank(
+    fn: Callable[..., Any],
+    rank: int,
+    world: int,
+    weights: list[torch.Tensor],
+    batches: list[tuple[torch.Tensor, torch.Tensor]],
+) -> dict[str, Any]:
     model = make_model(weights)
     calls: list[int] = []
 
@@ -283,7 +383,9 @@ def _t3_rank(fn: Callable[..., Any], rank: int, world: int, weights: list[torch.
     ddp = DDP(model)
     ddp.register_comm_hook(None, counting_hook)
     fn(rank, world, ddp, batches)
-    grads = [p.grad.detach().clone() if p.grad is not None else torch.full_like(p, math.nan) for p in model.parameters()]
+    grads = [
+        p.grad.detach().clone() if p.grad is not None else torch.full_like(p, math.nan) for p in model.parameters()
+    ]
     return {"grads": grads, "allreduces": len(calls)}
 
 
@@ -309,11 +411,20 @@ def judge_accum(case: Case, out: Any) -> list[Comparison]:
     weights, world, micro, rows_each = case.args
     x, y, ranks = out["x"], out["y"], out["ranks"]
     n = world * micro * rows_each
-    if not (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and x.shape == (n, IN) and y.shape == (n, OUT)
-            and bool(x.isfinite().all()) and bool(y.isfinite().all())):
+    if not (
+        isinstance(x, torch.Tensor)
+        and isinstance(y, torch.Tensor)
+        and x.shape == (n, IN)
+        and y.shape == (n, OUT)
+        and bool(x.isfinite().all())
+        and bool(y.isfinite().all())
+    ):
         return [Comparison.plain("data", False, "the check's driver did not return its data: rerun the cell")]
-    if not isinstance(ranks, (list, tuple)) or len(ranks) != world or not all(
-            isinstance(r, dict) and "grads" in r and "allreduces" in r for r in ranks):
+    if (
+        not isinstance(ranks, (list, tuple))
+        or len(ranks) != world
+        or not all(isinstance(r, dict) and "grads" in r and "allreduces" in r for r in ranks)
+    ):
         return [Comparison.plain("ranks", False, f"expected one result per rank ({world})", got=short(ranks))]
     want = reference_grads(weights, x, y)
     rows: list[Comparison] = []
@@ -322,11 +433,22 @@ def judge_accum(case: Case, out: Any) -> list[Comparison]:
             count = int(res["allreduces"])
         except (TypeError, ValueError, RuntimeError):
             count = -1
-        status = ("one all-reduce, after the last micro-batch" if count == 1 else
-                  "no all-reduce at all: run the last micro-batch's backward outside no_sync()" if count == 0 else
-                  f"{count} all-reduces: wrap every backward but the last in ddp_model.no_sync()")
-        rows.append(Comparison.plain(f"rank {rank} all-reduces", count == 1, status, expected=None if count == 1 else 1,
-                                     got=None if count == 1 else count))
+        status = (
+            "one all-reduce, after the last micro-batch"
+            if count == 1
+            else "no all-reduce at all: run the last micro-batch's backward outside no_sync()"
+            if count == 0
+            else f"{count} all-reduces: wrap every backward but the last in ddp_model.no_sync()"
+        )
+        rows.append(
+            Comparison.plain(
+                f"rank {rank} all-reduces",
+                count == 1,
+                status,
+                expected=None if count == 1 else 1,
+                got=None if count == 1 else count,
+            )
+        )
         grads = _grad_list(res["grads"], len(want))
         if grads is None:
             rows.append(Comparison.plain(f"rank {rank} grads", False, "gradients missing", got=short(res["grads"])))
@@ -335,8 +457,15 @@ def judge_accum(case: Case, out: Any) -> list[Comparison]:
         for i, (g, w) in enumerate(zip(grads, want)):
             row = compare(f"rank {rank} grad {i}", g, w, atol=ATOL, rtol=RTOL)
             if not row.ok and scaled:
-                row = Comparison(row.name, False, row.shape, row.dtype, row.strides, row.max_abs_diff,
-                                 f"{micro}x too large: divide each micro-batch's loss by the number of micro-batches")
+                row = Comparison(
+                    row.name,
+                    False,
+                    row.shape,
+                    row.dtype,
+                    row.strides,
+                    row.max_abs_diff,
+                    f"{micro}x too large: divide each micro-batch's loss by the number of micro-batches",
+                )
             rows.append(row)
             if not row.ok and scaled:
                 break
@@ -347,9 +476,18 @@ lab = LabSpec(
     "lab07_ddp",
     "DDP on a real gloo group: equal gradients, sampler shards, accumulation with no_sync",
     tasks=[
-        Task("t1", "ddp_grads(rank, world_size, model, x, y, n_global): DDP gradients equal one process's", 4, "ddp_grads"),
-        Task("t2", "rank_indices(rank, world_size, dataset_len, epochs, seed): DistributedSampler shards", 3,
-             "rank_indices"),
+        Task(
+            "t1",
+            "ddp_grads(rank, world_size, model, x, y, n_global): DDP gradients equal one process's",
+            4,
+            "ddp_grads",
+        ),
+        Task(
+            "t2",
+            "rank_indices(rank, world_size, dataset_len, epochs, seed): DistributedSampler shards",
+            3,
+            "rank_indices",
+        ),
         Task("t3", "accumulate(rank, world_size, ddp_model, micro_batches): no_sync, one all-reduce", 3, "accumulate"),
     ],
     checks=[

@@ -44,10 +44,12 @@ _HEADER = struct.Struct("!Q")
 # process's first backward; on a CUDA build it starts them, even with no GPU, when that first backward comes after
 # any torch.compile (measured on 2.14.1+cu130; the CPU wheel never does).
 AUTOGRAD_FORK = "Unable to handle autograd's threading in combination with fork-based multiprocessing"
-BAD_AUTOGRAD_FORK = ("this kernel's first backward started autograd's device threads (on a CUDA build, a first "
-                     "backward after any torch.compile does), and no fork of it can run backward any more: restart "
-                     "the kernel and run the cells from the top without torch.compile before this one (pytorch "
-                     "wiki: Autograd and Fork)")
+BAD_AUTOGRAD_FORK = (
+    "this kernel's first backward started autograd's device threads (on a CUDA build, a first "
+    "backward after any torch.compile does), and no fork of it can run backward any more: restart "
+    "the kernel and run the cells from the top without torch.compile before this one (pytorch "
+    "wiki: Autograd and Fork)"
+)
 MAX_MESSAGE = 64 * 2**20  # bytes one rank may send back
 GRACE = 1.0  # seconds to let the other ranks report once one has failed (the root cause may come second)
 
@@ -101,8 +103,16 @@ def _loads(blob: bytes) -> Any:
     return torch.load(io.BytesIO(blob), weights_only=True)
 
 
-def _child(rank: int, world: int, mine: socket.socket, others: Sequence[socket.socket], fn: Callable[..., Any],
-           folder: str, pg_timeout: float, backend: str) -> None:
+def _child(
+    rank: int,
+    world: int,
+    mine: socket.socket,
+    others: Sequence[socket.socket],
+    fn: Callable[..., Any],
+    folder: str,
+    pg_timeout: float,
+    backend: str,
+) -> None:
     """A worker: join the group, run ``fn`` on this rank's inputs, send the result. Never returns."""
     code = 1
     printed = io.StringIO()
@@ -123,8 +133,13 @@ def _child(rank: int, world: int, mine: socket.socket, others: Sequence[socket.s
         torch.set_num_threads(1)
         args = _loads(_recv_all(mine))
         os.environ.setdefault("GLOO_SOCKET_IFNAME", _loopback())
-        dist.init_process_group(backend, store=dist.FileStore(os.path.join(folder, "store"), world), rank=rank,
-                                world_size=world, timeout=datetime.timedelta(seconds=pg_timeout))
+        dist.init_process_group(
+            backend,
+            store=dist.FileStore(os.path.join(folder, "store"), world),
+            rank=rank,
+            world_size=world,
+            timeout=datetime.timedelta(seconds=pg_timeout),
+        )
         dist.barrier()  # every pair connected before fn runs (a fast rank must not leave mid-handshake)
         result = fn(rank, world, *args)
         dist.barrier()  # and every rank done before any leaves (its peers may still be reading from it)
@@ -141,8 +156,7 @@ def _child(rank: int, world: int, mine: socket.socket, others: Sequence[socket.s
         text = str(err).strip().splitlines()
         first = re.sub(r"^\[[^\]]*\]\s*", "", text[0]) if text else ""  # gloo's "[.../unbound_buffer.cc:78] "
         try:
-            _send(mine, _dumps({"error": type(err).__name__, "msg": first[:300],
-                                "stdout": _printed(printed, log)}))
+            _send(mine, _dumps({"error": type(err).__name__, "msg": first[:300], "stdout": _printed(printed, log)}))
         except BaseException:  # noqa: BLE001 - the parent will see a dead rank instead
             pass
     finally:
@@ -203,18 +217,28 @@ def _verdict(states: dict[int, dict[str, Any]], world: int, timeout: float, pg_t
     names = ", ".join(map(str, missing))
     if errors and missing:
         r = next(iter(errors))
-        return TimeoutError(f"rank {names} never reached the collective that rank {r} waited in "
-                            f"(process group timeout {pg_timeout:g} s): {errors[r]['msg'][:160]}")
+        return TimeoutError(
+            f"rank {names} never reached the collective that rank {r} waited in "
+            f"(process group timeout {pg_timeout:g} s): {errors[r]['msg'][:160]}"
+        )
     if errors:
         r = next(iter(errors))
         return RuntimeError(f"rank {r} raised {errors[r]['error']}: {errors[r]['msg']}")
-    return TimeoutError(f"rank {names} did not finish within {timeout:g} s (a hang: a collective or a loop "
-                        "that never ends); the workers were killed")
+    return TimeoutError(
+        f"rank {names} did not finish within {timeout:g} s (a hang: a collective or a loop "
+        "that never ends); the workers were killed"
+    )
 
 
-def run_ranks(fn: Callable[..., Any], world_size: int = 2,
-              inputs: Sequence[Sequence[Any]] | Callable[[], Sequence[Sequence[Any]]] | None = None, *,
-              timeout: float = 20.0, pg_timeout: float = 5.0, backend: str = "gloo") -> RankRun:
+def run_ranks(
+    fn: Callable[..., Any],
+    world_size: int = 2,
+    inputs: Sequence[Sequence[Any]] | Callable[[], Sequence[Sequence[Any]]] | None = None,
+    *,
+    timeout: float = 20.0,
+    pg_timeout: float = 5.0,
+    backend: str = "gloo",
+) -> RankRun:
     """Call ``fn(rank, world_size, *inputs[rank])`` on every rank of a fresh forked gloo group.
 
     ``inputs``: one tuple of plain data per rank, or a function returning them (called after the
@@ -266,8 +290,14 @@ def run_ranks(fn: Callable[..., Any], world_size: int = 2,
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _collect(pairs: list[tuple[socket.socket, socket.socket]], pids: list[int], world: int, t0: float,
-             timeout: float, pg_timeout: float) -> RankRun:
+def _collect(
+    pairs: list[tuple[socket.socket, socket.socket]],
+    pids: list[int],
+    world: int,
+    t0: float,
+    timeout: float,
+    pg_timeout: float,
+) -> RankRun:
     """Read every rank's message until all are in, one has failed (plus a grace period), or time is up."""
     bufs = {r: bytearray() for r in range(world)}
     states: dict[int, dict[str, Any]] = {}
@@ -293,23 +323,33 @@ def _collect(pairs: list[tuple[socket.socket, socket.socket]], pids: list[int], 
             if states[r]["kind"] != "ok" and failed_at is None:
                 failed_at = time.monotonic()
     if len(states) == world and all(s["kind"] == "ok" for s in states.values()):
-        return RankRun([states[r]["result"] for r in range(world)], [states[r]["stdout"] for r in range(world)],
-                       time.monotonic() - t0)
+        return RankRun(
+            [states[r]["result"] for r in range(world)],
+            [states[r]["stdout"] for r in range(world)],
+            time.monotonic() - t0,
+        )
     raise _verdict(states, world, timeout, pg_timeout)
 
 
 def _message(blob: bytes, pid: int) -> dict[str, Any]:
     """A rank's framed message as a state: ok (with its result), error, or died."""
-    if len(blob) < _HEADER.size or _HEADER.unpack(blob[:_HEADER.size])[0] != len(blob) - _HEADER.size:
+    if len(blob) < _HEADER.size or _HEADER.unpack(blob[: _HEADER.size])[0] != len(blob) - _HEADER.size:
         return {"kind": "died", "how": _status(pid)}
     try:
-        msg = _loads(blob[_HEADER.size:])
+        msg = _loads(blob[_HEADER.size :])
     except Exception:  # noqa: BLE001 - not plain data
-        return {"kind": "error", "error": "TypeError",
-                "msg": "it returned something that is not plain data: return tensors, numbers, lists, dicts or strings"}
+        return {
+            "kind": "error",
+            "error": "TypeError",
+            "msg": "it returned something that is not plain data: return tensors, numbers, lists, dicts or strings",
+        }
     if not isinstance(msg, dict):
         return {"kind": "error", "error": "TypeError", "msg": "its message is not in the runner's format"}
     if "error" in msg:
-        return {"kind": "error", "error": str(msg["error"])[:80], "msg": str(msg.get("msg", ""))[:300],
-                "stdout": str(msg.get("stdout", ""))}
+        return {
+            "kind": "error",
+            "error": str(msg["error"])[:80],
+            "msg": str(msg.get("msg", ""))[:300],
+            "stdout": str(msg.get("stdout", "")),
+        }
     return {"kind": "ok", "result": msg.get("result"), "stdout": str(msg.get("stdout", ""))}

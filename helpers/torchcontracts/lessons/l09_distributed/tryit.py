@@ -28,10 +28,11 @@ COLLECTIVES = ("all_reduce", "broadcast", "all_gather", "reduce_scatter")
 
 # 09.1: what does each rank hold after a collective? ---------------------------------------------------
 
+
 def _collectives_rank(rank: int, world: int, mine: torch.Tensor) -> dict[str, torch.Tensor]:
     out = {}
     t = mine.clone()
-    dist.all_reduce(t)                                   # op=SUM
+    dist.all_reduce(t)  # op=SUM
     out["all_reduce"] = t
     t = mine.clone()
     dist.broadcast(t, src=0)
@@ -40,7 +41,7 @@ def _collectives_rank(rank: int, world: int, mine: torch.Tensor) -> dict[str, to
     dist.all_gather_single(gathered, mine.clone())
     out["all_gather"] = gathered
     part = torch.empty(mine.numel() // world, dtype=mine.dtype)
-    dist.reduce_scatter_single(part, mine.clone())       # op=SUM, then rank r keeps chunk r
+    dist.reduce_scatter_single(part, mine.clone())  # op=SUM, then rank r keeps chunk r
     out["reduce_scatter"] = part
     return out
 
@@ -53,39 +54,60 @@ def measured_collectives(inputs: list[torch.Tensor]) -> dict[str, list[torch.Ten
 
 def _collective_cases(seed: int) -> list[Case]:
     g = torch.Generator().manual_seed(seed)
-    return [Case("2 ranks, [0, 1, 2, 3] and [10, 11, 12, 13]", ([torch.arange(4.0), torch.arange(10.0, 14.0)],)),
-            Case("3 ranks, random integers", ([torch.randint(0, 9, (6,), generator=g).float() for _ in range(3)],))]
+    return [
+        Case("2 ranks, [0, 1, 2, 3] and [10, 11, 12, 13]", ([torch.arange(4.0), torch.arange(10.0, 14.0)],)),
+        Case("3 ranks, random integers", ([torch.randint(0, 9, (6,), generator=g).float() for _ in range(3)],)),
+    ]
 
 
-_HINTS = {"all_reduce": "every rank ends with the element-wise sum of all ranks' tensors",
-          "broadcast": "every rank ends with rank 0's tensor",
-          "all_gather": "every rank ends with all ranks' tensors, concatenated in rank order",
-          "reduce_scatter": "sum element-wise over ranks, then rank r keeps the r-th of world_size equal chunks"}
+_HINTS = {
+    "all_reduce": "every rank ends with the element-wise sum of all ranks' tensors",
+    "broadcast": "every rank ends with rank 0's tensor",
+    "all_gather": "every rank ends with all ranks' tensors, concatenated in rank order",
+    "reduce_scatter": "sum element-wise over ranks, then rank r keeps the r-th of world_size equal chunks",
+}
 
 
 def _judge_collectives(case: Case, out: Any) -> list[Comparison]:
     (inputs,) = case.args
     truth = measured_collectives(inputs)
     if not isinstance(out, dict) or set(out) != set(COLLECTIVES):
-        return [Comparison.plain("answer", False, f"return a dict with the keys {list(COLLECTIVES)}",
-                                 got=sorted(out) if isinstance(out, dict) else type(out).__name__)]
+        return [
+            Comparison.plain(
+                "answer",
+                False,
+                f"return a dict with the keys {list(COLLECTIVES)}",
+                got=sorted(out) if isinstance(out, dict) else type(out).__name__,
+            )
+        ]
     rows = []
     for name in COLLECTIVES:
         got = out[name]
         if not isinstance(got, (list, tuple)) or len(got) != len(inputs):
-            rows.append(Comparison.plain(name, False, f"give a list with one tensor per rank ({len(inputs)})",
-                                         got=short(got)))
+            rows.append(
+                Comparison.plain(name, False, f"give a list with one tensor per rank ({len(inputs)})", got=short(got))
+            )
             continue
         for rank, (g, want) in enumerate(zip(got, truth[name])):
             row = compare(f"{name}, rank {rank}", g, want, check_dtype=False)
             if not row.ok:
-                row = Comparison(row.name, False, row.shape, row.dtype, row.strides, row.max_abs_diff,
-                                 f"{row.status}: {_HINTS[name]}", row.expected, row.got)
+                row = Comparison(
+                    row.name,
+                    False,
+                    row.shape,
+                    row.dtype,
+                    row.strides,
+                    row.max_abs_diff,
+                    f"{row.status}: {_HINTS[name]}",
+                    row.expected,
+                    row.got,
+                )
             rows.append(row)
     return rows
 
 
 # 09.2: average the gradients yourself --------------------------------------------------------------------
+
 
 def _model(seed: int) -> nn.Sequential:
     torch.manual_seed(seed)
@@ -94,24 +116,28 @@ def _model(seed: int) -> nn.Sequential:
 
 def _average_rank(fn: Any, rank: int, world: int, seed: int, x: torch.Tensor, y: torch.Tensor) -> list[torch.Tensor]:
     model = _model(seed)
-    F.mse_loss(model(x), y).backward()                   # this rank's shard only: no DDP here
+    F.mse_loss(model(x), y).backward()  # this rank's shard only: no DDP here
     fn(model, world)
-    return [p.grad.detach().clone() if p.grad is not None else torch.full_like(p, float("nan"))
-            for p in model.parameters()]
+    return [
+        p.grad.detach().clone() if p.grad is not None else torch.full_like(p, float("nan")) for p in model.parameters()
+    ]
 
 
 def _average_call(fn: Any, case: Case) -> dict[str, Any]:
     seed, world, x, y = case.args
     shards = list(zip(x.chunk(world), y.chunk(world)))
-    run = run_ranks(lambda r, w, *a: _average_rank(fn, r, w, *a), world, [(seed, *s) for s in shards],
-                    timeout=20.0, pg_timeout=5.0)
+    run = run_ranks(
+        lambda r, w, *a: _average_rank(fn, r, w, *a), world, [(seed, *s) for s in shards], timeout=20.0, pg_timeout=5.0
+    )
     return {"grads": run.results}
 
 
 def _average_cases(seed: int) -> list[Case]:
     g = torch.Generator().manual_seed(seed)
-    return [Case(f"{w} ranks, 12 rows", (seed + w, w, torch.randn(12, 5, generator=g), torch.randn(12, 1, generator=g)))
-            for w in (2, 3)]
+    return [
+        Case(f"{w} ranks, 12 rows", (seed + w, w, torch.randn(12, 5, generator=g), torch.randn(12, 1, generator=g)))
+        for w in (2, 3)
+    ]
 
 
 def _judge_average(case: Case, out: Any) -> list[Comparison]:
@@ -128,19 +154,38 @@ def _judge_average(case: Case, out: Any) -> list[Comparison]:
         if not first.ok and isinstance(grads[0], torch.Tensor) and torch.allclose(grads[0], want[0] * world, atol=1e-6):
             first = Comparison.plain(first.name, False, f"{world}x too large: all_reduce sums, so divide by world_size")
         rows.append(first)
-        rows += [compare(f"rank {rank} grad {i}", g, w, atol=1e-6, rtol=1e-5)
-                 for i, (g, w) in enumerate(zip(grads[1:], want[1:]), start=1)]
+        rows += [
+            compare(f"rank {rank} grad {i}", g, w, atol=1e-6, rtol=1e-5)
+            for i, (g, w) in enumerate(zip(grads[1:], want[1:]), start=1)
+        ]
     return rows
 
 
-EXERCISES = exercises_by_id([
-    Exercise("09.1", "what each rank holds after a collective", "after_collectives",
-             (Check("09.1", "matches a real gloo run", _collective_cases, _judge_collectives),),
-             hint="return {'all_reduce': [...], 'broadcast': [...], 'all_gather': [...], 'reduce_scatter': [...]}, "
-                  "each a list with one tensor per rank; inputs[r] is what rank r starts with"),
-    Exercise("09.2", "average the gradients yourself", "average_gradients",
-             (Check("09.2", "every rank ends with the global-batch gradient", _average_cases, _judge_average,
-                    call=_average_call),),
-             hint="every rank must end with the mean of the ranks' gradients: which collective of section 2 leaves "
-                  "every rank holding the sum?"),
-])
+EXERCISES = exercises_by_id(
+    [
+        Exercise(
+            "09.1",
+            "what each rank holds after a collective",
+            "after_collectives",
+            (Check("09.1", "matches a real gloo run", _collective_cases, _judge_collectives),),
+            hint="return {'all_reduce': [...], 'broadcast': [...], 'all_gather': [...], 'reduce_scatter': [...]}, "
+            "each a list with one tensor per rank; inputs[r] is what rank r starts with",
+        ),
+        Exercise(
+            "09.2",
+            "average the gradients yourself",
+            "average_gradients",
+            (
+                Check(
+                    "09.2",
+                    "every rank ends with the global-batch gradient",
+                    _average_cases,
+                    _judge_average,
+                    call=_average_call,
+                ),
+            ),
+            hint="every rank must end with the mean of the ranks' gradients: which collective of section 2 leaves "
+            "every rank holding the sum?",
+        ),
+    ]
+)

@@ -13,8 +13,23 @@ __all__ = ["EXERCISES"]
 
 def _verdict_lists(seed: int) -> list[Case]:
     return [
-        Case("a mix, with claims not covered yet",
-             (["true", "false", "false", "not covered", "partly", "false", "not covered", "gpu-only", "true", "outdated"],)),
+        Case(
+            "a mix, with claims not covered yet",
+            (
+                [
+                    "true",
+                    "false",
+                    "false",
+                    "not covered",
+                    "partly",
+                    "false",
+                    "not covered",
+                    "gpu-only",
+                    "true",
+                    "outdated",
+                ],
+            ),
+        ),
         Case("one verdict only", (["false", "false", "false"],)),
         Case("nothing judged yet", (["not covered", "not covered"],)),
     ]
@@ -38,8 +53,11 @@ def _judge_shares(case: Case, out: Any) -> list[Comparison]:
     elif set(got) != set(want):
         status = "the verdicts (keys) differ"
     elif not all(math.isclose(got[k], want[k], abs_tol=1e-9) for k in want):
-        status = "shares of the judged claims (they sum to 1), not counts" if any(v > 1 for v in got.values()) \
+        status = (
+            "shares of the judged claims (they sum to 1), not counts"
+            if any(v > 1 for v in got.values())
             else "wrong shares: divide by the number of judged claims"
+        )
     else:
         return [Comparison.plain("shares", True, "right")]
     return [Comparison.plain("shares", False, status, expected=want, got=out)]
@@ -48,9 +66,11 @@ def _judge_shares(case: Case, out: Any) -> list[Comparison]:
 def _device_pairs(seed: int) -> list[Case]:
     cpu = {"C019": "gpu-only", "C022": "false", "C024": "gpu-only", "C083": "true", "C131": "partly"}
     cuda = {"C131": "partly", "C083": "true", "C024": "false", "C019": "false", "C007": "false"}  # another order
-    return [Case("a record in another order, with a claim only the GPU judged", (cpu, cuda)),
-            Case("the same verdicts", ({"C001": "false", "C002": "false"}, {"C002": "false", "C001": "false"})),
-            Case("no claim in common", ({"C001": "false"}, {"C002": "true"}))]
+    return [
+        Case("a record in another order, with a claim only the GPU judged", (cpu, cuda)),
+        Case("the same verdicts", ({"C001": "false", "C002": "false"}, {"C002": "false", "C001": "false"})),
+        Case("no claim in common", ({"C001": "false"}, {"C002": "true"})),
+    ]
 
 
 def _judge_differs(case: Case, out: Any) -> list[Comparison]:
@@ -78,11 +98,21 @@ def _judge_differs(case: Case, out: Any) -> list[Comparison]:
     return [Comparison.plain("ids", False, status, expected=want, got=out)]
 
 
-EXERCISES = exercises_by_id([
-    Exercise("10.1", "shares of each verdict among the judged claims", "verdict_shares",
-             (Check("10.1", "shares of judged claims", _verdict_lists, _judge_shares),),
-             hint="drop 'not covered' first, then count each verdict and divide by how many are left"),
-    Exercise("10.2", "claims whose verdict depends on the device", "differs_by_device",
-             (Check("10.2", "ids judged on both devices, with different verdicts", _device_pairs, _judge_differs),),
-             hint="take the ids in both dicts (cpu.keys() & cuda.keys()), keep those whose verdicts differ, sort them"),
-])
+EXERCISES = exercises_by_id(
+    [
+        Exercise(
+            "10.1",
+            "shares of each verdict among the judged claims",
+            "verdict_shares",
+            (Check("10.1", "shares of judged claims", _verdict_lists, _judge_shares),),
+            hint="drop 'not covered' first, then count each verdict and divide by how many are left",
+        ),
+        Exercise(
+            "10.2",
+            "claims whose verdict depends on the device",
+            "differs_by_device",
+            (Check("10.2", "ids judged on both devices, with different verdicts", _device_pairs, _judge_differs),),
+            hint="take the ids in both dicts (cpu.keys() & cuda.keys()), keep those whose verdicts differ, sort them",
+        ),
+    ]
+)
