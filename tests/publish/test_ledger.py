@@ -6,16 +6,13 @@ import csv
 import subprocess
 import sys
 
-import pytest
 
-from test_claims import OWNED
+from torchcontracts.core.claims import owned_by
 
 from conftest import ROOT
 
 
 def test_ledger_writes_a_row_per_claim_with_lesson_01_verdicts(tmp_path):
-    if not (ROOT / "notebooks" / "01_tensor_contracts.ipynb").exists():
-        pytest.skip("lesson 01 is not written yet")
     out = tmp_path / "ledger.csv"
     proc = subprocess.run(
         [sys.executable, "-m", "torchcontracts", "ledger", "--only", "00", "01", "--quiet", "--out", str(out)],
@@ -28,7 +25,7 @@ def test_ledger_writes_a_row_per_claim_with_lesson_01_verdicts(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = {r["id"]: r for r in csv.DictReader(out.open(encoding="utf-8"))}
     assert len(rows) == 124
-    for cid in OWNED["01_tensor_contracts"].split():
+    for cid in owned_by("01"):
         row = rows[cid]
         assert row["verdict"] in {"true", "false", "partly", "outdated", "gpu-only"}, (cid, row)
         assert row["notebook"] == "01_tensor_contracts.ipynb" and row["evidence"] and row["device"] == "cpu"

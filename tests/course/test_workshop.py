@@ -6,7 +6,7 @@ import importlib
 import re
 
 from conftest import ROOT
-from test_time_estimates import header_minutes
+from torchcontracts.course import header_minutes
 
 DOC = ROOT / "docs" / "WORKSHOP.md"
 _ROW = re.compile(r"^\| (\d\d) \| [^|]+ \| (\d+(?:-\d+)?) min \| [^|]* \| [^|]* \| ([^|]*) \|", re.M)

@@ -20,7 +20,7 @@ from torchcontracts.grading.judge import judge_check, same_inputs
 from torchcontracts.grading.plan import lab_spec, plan_run
 from torchcontracts.grading.submission import identify_lab
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_same_inputs_sees_values_layout_and_nan():

@@ -22,7 +22,7 @@ from torchcontracts.grading import protocol
 from torchcontracts.grading.judge import _zip_ok, scrub
 from torchcontracts.grading.sandbox import bwrap_path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MODES = [
     pytest.param("bwrap", marks=pytest.mark.skipif(bwrap_path() is None, reason="bubblewrap is not installed")),
     "none",

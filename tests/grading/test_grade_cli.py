@@ -14,7 +14,7 @@ import pytest
 
 from torchcontracts.grading.sandbox import bwrap_path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 LAB = "lab01_strides"
 
 

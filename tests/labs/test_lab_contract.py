@@ -19,22 +19,17 @@ import pytest
 import torch
 
 from conftest import ROOT, solution_functions
-from torchcontracts.checks import Check, LabSpec
+from lab_support import _reference_outputs, _spec
+from torchcontracts.checks import Check
+from torchcontracts.course import lab_ids
 
-LABS = sorted(p.stem for p in (ROOT / "solutions").glob("lab*.ipynb"))
+LABS = lab_ids()
 NAN = float("nan")
 
 
 @pytest.fixture(scope="module", params=LABS)
 def lab(request) -> str:
     return request.param
-
-
-def _spec(lab: str) -> LabSpec:
-    """Public and hidden checks, loaded the way the grader loads them."""
-    from torchcontracts.grading.plan import lab_spec
-
-    return lab_spec(ROOT, lab)
 
 
 # --- grading: the reference gets full marks, the blank lab 0 ----------------------------------------
@@ -123,17 +118,6 @@ def _derived_wrong(ref_out: Any) -> list[Any]:
     if isinstance(ref_out, dict):
         out += [{k: None for k in ref_out}, {k: "garbage" for k in ref_out}]
     return out
-
-
-def _reference_outputs(lab: str, checks: list[Check]) -> dict[tuple[str, int], Any]:
-    """(check name, case index) -> what the reference returns through the check's driver."""
-    ref = solution_functions(lab)
-    outs = {}
-    with contextlib.redirect_stdout(io.StringIO()):
-        for c in checks:
-            for n, case in enumerate(c.cases(0)):
-                outs[(c.name, n)] = c.invoke(ref[c.target], case)
-    return outs
 
 
 def test_judges_return_failing_rows_on_wrong_outputs_never_raise(lab):

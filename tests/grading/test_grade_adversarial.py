@@ -23,7 +23,7 @@ import pytest
 from submissions.adversarial import CELL_TIMEOUT, LAB, MEM_MB, TASKS, build, cases, matches
 from torchcontracts.grading.sandbox import bwrap_path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 NAMES = sorted(cases())
 CANARY = "tc-canary-3f9a1c77e2"
 # Attacks on defences that are the same code in both sandbox modes: tamper detection inside the kernel, the

@@ -8,7 +8,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 _HEADER = re.compile(r"\*\*Time:?\*\*:?\s*(?:about\s+)?(\d+)(?:\s*(?:to|-|–)\s*(\d+))?\s*min", re.IGNORECASE)
 _ROW = re.compile(r"^\| (\d\d) \| .*?\| (\d+(?:-\d+)?) min(?: \+ (\d+(?:-\d+)?) min lab)? \|", re.MULTILINE)
 _LAB_LINK = re.compile(r"\(labs/(lab\d\d_\w+)\.ipynb\)")

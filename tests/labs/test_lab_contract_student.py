@@ -14,7 +14,8 @@ import torch
 from nbclient import NotebookClient
 
 from conftest import ROOT, read
-from test_lab_contract import _reference_outputs, _spec, lab  # noqa: F401 - lab is the module-scoped fixture
+from lab_support import _reference_outputs, _spec
+from torchcontracts.course import lab_ids
 from torchcontracts.labs.format import cell_meta
 from torchcontracts.publish.ledger import this_python_kernel
 
@@ -78,6 +79,11 @@ def _outputs_text(cell: Any) -> str:
         elif o.output_type == "error":
             parts.append(f"{o.ename}: {o.evalue}")  # the traceback only repeats the cell's own code
     return "\n".join(parts)
+
+
+@pytest.fixture(scope="module", params=lab_ids())
+def lab(request) -> str:
+    return request.param
 
 
 @pytest.fixture(scope="module")

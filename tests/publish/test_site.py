@@ -23,7 +23,7 @@ from torchcontracts.publish.site_render import FORBIDDEN_MARKERS, SiteError, gua
 
 from browser_support import Browser, missing_browser
 from conftest import ROOT, read
-from test_time_estimates import header_minutes as readme_parser_minutes
+from torchcontracts.course import header_minutes as readme_parser_minutes
 
 FIXTURE = ROOT / "tests" / "fixtures" / "gpu_record.fixture.json"
 LESSONS = ["00_start_here", "01_tensor_contracts"]
