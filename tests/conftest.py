@@ -15,6 +15,8 @@ import nbformat
 import pytest
 import torch
 
+from torchcontracts.course import lab_ids, lessons
+
 ROOT = Path(__file__).resolve().parents[1]
 
 # The autograd engine decides once per process, at its first backward, whether to start device threads. On a
@@ -27,11 +29,20 @@ torch.ones(1, requires_grad=True).sum().backward()
 
 
 def lesson_paths() -> list[Path]:
-    return sorted((ROOT / "notebooks").glob("*.ipynb"))
+    """The lesson notebooks, in course order, from the course manifest."""
+    return [ROOT / les.notebook for les in lessons()]
+
+
+def solution_paths() -> list[Path]:
+    return [ROOT / "solutions" / f"{lab}.ipynb" for lab in lab_ids()]
+
+
+def lab_paths() -> list[Path]:
+    return [ROOT / "labs" / f"{lab}.ipynb" for lab in lab_ids()]
 
 
 def all_notebook_paths() -> list[Path]:
-    return lesson_paths() + sorted((ROOT / "solutions").glob("*.ipynb")) + sorted((ROOT / "labs").glob("*.ipynb"))
+    return lesson_paths() + solution_paths() + lab_paths()
 
 
 @pytest.fixture
@@ -68,10 +79,10 @@ def solution_functions(lab_id: str, namespace: dict | None = None) -> dict:
     import contextlib
     import io
 
-    from torchcontracts.labs.build import graded_cells
-    from torchcontracts.labchecks import __name__ as pkg
+    from torchcontracts.labs.format import graded_cells
+    from torchcontracts.labs.load import load
 
-    spec = __import__(f"{pkg}.{lab_id}", fromlist=["lab"]).lab
+    spec = load(lab_id)
     nb = read(ROOT / "solutions" / f"{lab_id}.ipynb")
     ns = dict(namespace) if namespace is not None else course_imports(nb)
     for cell in graded_cells(nb).values():

@@ -17,7 +17,7 @@ import os
 import pytest
 
 from browser_support import REQUIRE_ENV, Browser, LabServer, broken_copy, check_notebook, copy_course, missing_browser
-from conftest import ROOT
+from conftest import ROOT, lab_paths, lesson_paths
 
 ARTIFACTS = ROOT / "browser-artifacts"
 # Every lesson runs cell by cell under nbval already; the browser adds what only a front end shows (widgets
@@ -30,7 +30,7 @@ BROWSER_ALL_ENV = "TC_BROWSER_ALL"
 DEFAULT_LESSONS = ("00", "03", "10")
 LESSONS = sorted(
     p.relative_to(ROOT).as_posix()
-    for p in (ROOT / "notebooks").glob("*.ipynb")
+    for p in lesson_paths()
     if os.environ.get(BROWSER_ALL_ENV, "") not in ("", "0") or p.name[:2] in DEFAULT_LESSONS
 )
 # Every student lab is also executed by the lab contract test (tests/test_lab_contract.py), which asserts it raises
@@ -38,7 +38,7 @@ LESSONS = sorted(
 DEFAULT_LABS = ("lab01",)
 LABS = sorted(
     p.relative_to(ROOT).as_posix()
-    for p in (ROOT / "labs").glob("*.ipynb")
+    for p in lab_paths()
     if os.environ.get(BROWSER_ALL_ENV, "") not in ("", "0") or p.name.startswith(DEFAULT_LABS)
 )
 CASES = [(p, "lesson") for p in LESSONS] + [(p, "lab") for p in LABS]

@@ -11,7 +11,7 @@ import pytest
 import torchcontracts as tc
 from torchcontracts.core.claims import LEDGER_ENV, ClaimContradicted, all_claims, owned_by, seed_section
 
-from conftest import ROOT, read
+from conftest import ROOT, lesson_paths, read
 from torchcontracts.course import lessons
 
 VERDICT_CALL = re.compile(r"verdict\(\s*[\"'](C\d+b?)[\"']")
@@ -80,7 +80,7 @@ def test_verdict_appends_a_json_record_for_the_ledger(tmp_path, monkeypatch):
 
 def _verdicts_by_notebook() -> dict[str, list[str]]:
     found = {}
-    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+    for path in lesson_paths():
         found[path.stem] = [cid for c in read(path).cells for cid in VERDICT_CALL.findall(c.source)]
     return found
 
@@ -103,6 +103,6 @@ def test_each_claim_is_judged_in_exactly_one_lesson_and_exists():
 
 
 def test_no_claim_cell_passes_a_literal_proof():
-    for path in sorted(Path(ROOT / "notebooks").glob("*.ipynb")):
+    for path in lesson_paths():
         for cell in read(path).cells:
             assert not re.search(r"proof\s*=\s*(True|False)\b", cell.source), f"{path.name}: proof must be measured"

@@ -7,7 +7,7 @@ import re
 import nbformat
 import pytest
 
-from conftest import ROOT, all_notebook_paths, lesson_paths, read
+from conftest import ROOT, all_notebook_paths, lesson_paths, read, solution_paths
 
 HEADER_PARTS = ["Learning objectives", "Time", "Prerequisites", "CPU / CUDA", "Verified with torch"]
 
@@ -24,7 +24,7 @@ def test_notebook_is_valid_nbformat(path):
     nbformat.validate(read(path))
 
 
-@pytest.mark.parametrize("path", lesson_paths() + sorted((ROOT / "solutions").glob("*.ipynb")), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", lesson_paths() + solution_paths(), ids=lambda p: p.name)
 def test_notebook_opens_with_the_header_block(path):
     first = read(path).cells[0]
     assert first.cell_type == "markdown", f"{path.name}: the first cell must be the markdown header"

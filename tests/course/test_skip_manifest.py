@@ -10,9 +10,9 @@ import torch
 import torchcontracts as tc
 from torchcontracts.core.skips import manifest
 
-from conftest import ROOT, read
+from conftest import ROOT, lesson_paths, read, solution_paths
 
-NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb")) + sorted((ROOT / "solutions").glob("*.ipynb"))
+NOTEBOOKS = lesson_paths() + solution_paths()
 KEY_CALL = re.compile(r"cuda_or_skip\(\s*[\"']([^\"']+)[\"']")
 
 

@@ -6,7 +6,7 @@ import importlib
 import re
 
 from conftest import ROOT
-from torchcontracts.course import header_minutes
+from torchcontracts.course import header_minutes, lesson
 
 DOC = ROOT / "docs" / "WORKSHOP.md"
 _ROW = re.compile(r"^\| (\d\d) \| [^|]+ \| (\d+(?:-\d+)?) min \| [^|]* \| [^|]* \| ([^|]*) \|", re.M)
@@ -20,17 +20,14 @@ def test_each_scheduled_lesson_has_its_headers_time():
     rows = _rows()
     assert {"00", "01", "10"} <= set(rows), rows
     for number, (minutes, _) in rows.items():
-        path = next((ROOT / "notebooks").glob(f"{number}_*.ipynb"))
+        path = ROOT / lesson(number).notebook
         assert minutes == header_minutes(path), f"lesson {number}: WORKSHOP.md says {minutes} min"
 
 
 def test_each_scheduled_lesson_lists_exactly_its_try_it_exercises():
     for number, (_, tryit) in _rows().items():
         listed = re.findall(r"\b(\d\d\.\d)\b", tryit)
-        try:
-            have = sorted(importlib.import_module(f"torchcontracts.exercises.lesson{number}").EXERCISES)
-        except ModuleNotFoundError:
-            have = []
+        have = sorted(importlib.import_module(f"{lesson(number).module}.tryit").EXERCISES)
         assert sorted(listed) == have, f"lesson {number}: WORKSHOP.md lists {listed}, the lesson has {have}"
 
 
