@@ -7,7 +7,7 @@ import re
 import nbformat
 import pytest
 
-from conftest import ROOT, all_notebook_paths, lesson_paths, read, solution_paths
+from conftest import all_notebook_paths, lesson_paths, read, solution_paths
 
 HEADER_PARTS = ["Learning objectives", "Time", "Prerequisites", "CPU / CUDA", "Verified with torch"]
 

@@ -10,7 +10,7 @@ import torch
 import torchcontracts as tc
 from torchcontracts.core.skips import manifest
 
-from conftest import ROOT, lesson_paths, read, solution_paths
+from conftest import lesson_paths, read, solution_paths
 
 NOTEBOOKS = lesson_paths() + solution_paths()
 KEY_CALL = re.compile(r"cuda_or_skip\(\s*[\"']([^\"']+)[\"']")

@@ -12,7 +12,6 @@ task, so a cell that strays would move points silently.
 from __future__ import annotations
 
 import copy
-import importlib
 from pathlib import Path
 from typing import Any
 
