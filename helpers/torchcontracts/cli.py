@@ -1,10 +1,12 @@
-"""The ``torchcontracts`` command: doctor, ledger, record, site, labs build/check, grade."""
+"""The ``torchcontracts`` command: doctor, ledger, record, site, labs build/check, grade, new-lesson."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 from typing import Sequence
+
+from torchcontracts import scaffold  # light: its arguments are the command's
 
 __all__ = ["build_parser", "main"]
 
@@ -31,6 +33,12 @@ def _record(args: argparse.Namespace) -> int:
 
 def _site(args: argparse.Namespace) -> int:
     from torchcontracts.publish.site import run
+
+    return run(args)
+
+
+def _new_lesson(args: argparse.Namespace) -> int:
+    from torchcontracts.scaffold import run
 
     return run(args)
 
@@ -119,6 +127,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("labs", help="build labs/ from solutions/, or check they are in step")
     p.add_argument("action", choices=["build", "check"])
     p.set_defaults(func=_labs)
+    p = sub.add_parser("new-lesson", help="scaffold a lesson: its notebook, package folder and manifest row")
+    scaffold.add_arguments(p).set_defaults(func=_new_lesson)
     p = sub.add_parser("grade", help="grade lab submissions (see `torchcontracts grade --help`)", add_help=False)
     p.add_argument("rest", nargs=argparse.REMAINDER)
     p.set_defaults(func=_grade)

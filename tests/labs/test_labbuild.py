@@ -88,10 +88,8 @@ def test_repo_labs_are_in_step_with_solutions():
 
 def test_editing_a_solution_without_rebuilding_makes_labs_check_fail(tmp_path):
     course = _copy_course(tmp_path)
-    sol_path = course / "solutions" / "labXX_demo.ipynb"
-    nbformat.write(_solution(), sol_path)
-    build_all(course)
     assert check_all(course) == []
+    sol_path = course / "solutions" / "lab01_strides.ipynb"  # a lab of the course manifest
     nb = nbformat.read(sol_path, as_version=4)
     nb.cells[0].source += "\nA new sentence in the solution."
     nbformat.write(nb, sol_path)
@@ -102,9 +100,15 @@ def test_editing_a_solution_without_rebuilding_makes_labs_check_fail(tmp_path):
         text=True,
         timeout=120,
     )
-    assert proc.returncode == 1 and "labs/labXX_demo.ipynb is stale" in proc.stdout
+    assert proc.returncode == 1 and "labs/lab01_strides.ipynb is stale" in proc.stdout
     build_all(course)
     assert check_all(course) == []
+
+
+def test_a_manifest_lab_without_its_solution_is_named(tmp_path):
+    course = _copy_course(tmp_path)
+    (course / "solutions" / "lab07_ddp.ipynb").unlink()
+    assert check_all(course) == ["solutions/lab07_ddp.ipynb is missing (the course manifest lists lab07_ddp)"]
 
 
 def test_labs_check_passes_for_a_student_copy_without_solutions(tmp_path):

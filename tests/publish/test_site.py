@@ -22,7 +22,8 @@ from torchcontracts.publish import site
 from torchcontracts.publish.site_render import FORBIDDEN_MARKERS, SiteError, guard, static_widgets
 
 from browser_support import Browser, missing_browser
-from conftest import ROOT, read
+from conftest import ROOT, lab_paths, lesson_paths, read, solution_paths
+from torchcontracts import course
 from torchcontracts.course import header_minutes as readme_parser_minutes
 
 FIXTURE = ROOT / "tests" / "fixtures" / "gpu_record.fixture.json"
@@ -97,15 +98,10 @@ def test_the_ledger_page_has_every_claim_with_the_recorded_cuda_verdicts(built):
 
 def _secret_lines() -> set[str]:
     """Solution and hidden-check lines of solutions/ that no student lab or lesson contains."""
-    public = "\n".join(
-        c.source
-        for folder in ("labs", "notebooks")
-        for p in sorted((ROOT / folder).glob("*.ipynb"))
-        for c in read(p).cells
-    )
+    public = "\n".join(c.source for p in [*lesson_paths(), *lab_paths()] for c in read(p).cells)
     public_lines = {ln.strip() for ln in public.splitlines()}
     secret = set()
-    for path in sorted((ROOT / "solutions").glob("*.ipynb")):
+    for path in solution_paths():
         for cell in read(path).cells:
             role = (cell.metadata.get("torchcontracts") or {}).get("role", "")
             text = cell.source
@@ -236,20 +232,12 @@ def test_static_widgets_draw_the_last_state_of_controls_pictures_and_html():
     assert "<b>28 claims</b>" in page and "last state" in page
 
 
-def test_the_header_parsers_agree_on_every_notebook():
-    for path in [*sorted((ROOT / "notebooks").glob("*.ipynb")), *sorted((ROOT / "labs").glob("*.ipynb"))]:
-        nb = read(path)
-        if site._HEADER.search(nb.cells[0].source):
-            assert site.header_minutes(nb) == readme_parser_minutes(path), path.name
-
-
-def test_a_lab_belongs_to_the_first_lesson_its_prerequisites_name():
-    def lab(header: str):
-        return nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(header)])
-
-    assert site.lab_lesson(lab("# Lab 05\n**Prerequisites** lesson 06 (training) and lesson 05's loader"), "05") == "06"
-    assert site.lab_lesson(lab("# Lab 07\n**Prerequisites:** lesson 09 (distributed), lesson 02"), "07") == "09"
-    assert site.lab_lesson(lab("# Lab 01, no prerequisites line"), "01") == "01"
+def test_the_course_map_reads_titles_cuda_and_labs_from_the_manifest(built):
+    page = html.unescape((built / "index.html").read_text(encoding="utf-8"))
+    for les in course.lessons(["00", "01"]):
+        assert les.title in page and les.cuda in page, les.number
+        assert all(f"{lab}.html" in page for lab in les.labs), les.labs
+    assert course.lesson_of_lab("lab01_strides").number == "01"
 
 
 def test_the_site_never_writes_into_the_course_or_a_foreign_folder(tmp_path):
@@ -275,5 +263,6 @@ def test_a_failing_lesson_stops_the_build_in_one_line(tmp_path):
         ]
     )
     nbformat.write(nb, root / "notebooks" / "00_broken.ipynb")
+    broken = course.Lesson("00", "broken", "Broken", "l00_broken")  # a course of its own, not the manifest's
     with pytest.raises(SiteError, match=r"00_broken.ipynb cell 2: ValueError: deliberately broken"):
-        site.build_site(root, tmp_path / "out", progress=False, cell_timeout=60)
+        site.build_site(root, tmp_path / "out", progress=False, cell_timeout=60, lessons=[broken])

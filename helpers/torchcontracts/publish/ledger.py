@@ -2,37 +2,36 @@
 
 Notebooks record verdicts through ``torchcontracts.core.claims.verdict``; with the environment
 variable ``TORCHCONTRACTS_LEDGER`` set, each verdict is appended to a JSON-lines file.
-This module executes the lessons with nbclient (the same engine nbval and JupyterLab use)
-and joins those records with ``claims.csv``, so uncovered claims show as ``not covered``.
-
-Every code cell has ``cell_timeout`` seconds (default 120). A cell that takes longer stops the
-run with :class:`CellTimeout`, whose message names the notebook and the cell, e.g.
-``ledger: 03_memory_contracts.ipynb cell 43 (`box = explorer()`) did not finish in 120 s``
-(cells are counted from 1 at the top of the notebook, markdown cells included). The progress
-bar moves once per executed code cell.
+This module executes the manifest's lessons (``torchcontracts.course``) with the shared loop of
+``torchcontracts.publish.runner`` and joins those records with ``claims.csv``, so uncovered claims
+show as ``not covered``. A cell over ``--cell-timeout`` seconds stops the run with one line naming the
+notebook and the cell; the progress bar moves once per executed code cell.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
-import dataclasses
 import json
 import os
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Iterable, Sequence
 
-from torchcontracts.core.nbio import nbformat
-from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
-from jupyter_client.manager import AsyncKernelManager
-from nbclient import NotebookClient
-from nbclient.exceptions import CellExecutionError, CellTimeoutError
-
-from torchcontracts.core.claims import LEDGER_ENV, all_claims
+from torchcontracts.core.claims import all_claims
+from torchcontracts.publish.runner import (  # the engine lives there; these names are part of this module's API
+    CELL_TIMEOUT,
+    CellTimeout,
+    LessonRun,
+    code_cells,
+    execute,
+    execute_notebook,
+    lesson_paths,
+    run_lesson,
+    run_lessons,
+    this_python_kernel,
+)
 
 __all__ = [
     "CACHE_CSV",
@@ -43,198 +42,20 @@ __all__ = [
     "LessonRun",
     "add_arguments",
     "build_ledger",
+    "cache_paths",
     "code_cells",
     "execute",
     "execute_notebook",
+    "lesson_paths",
     "run",
     "run_lesson",
+    "run_lessons",
     "this_python_kernel",
 ]
 
 COLUMNS = ["id", "claim", "verdict", "evidence", "source", "notebook", "device", "torch"]
-CACHE_CSV = (
-    "ledger_cpu.csv"  # the cached CPU ledger in the package's data/ (lesson 10 reads it), with a .json beside it
-)
-CELL_TIMEOUT = 120  # seconds one code cell may run
+CACHE_CSV = "ledger_cpu.csv"  # the cached CPU ledger in the package's data/ (lesson 10 reads it), with a .json beside
 LedgerRow = dict[str, str]
-
-
-class CellTimeout(RuntimeError):
-    """A cell of a lesson did not finish within the per-cell timeout."""
-
-    def __init__(self, notebook: str, cell: int, source: str, seconds: float) -> None:
-        self.notebook, self.cell, self.seconds = notebook, cell, seconds
-        lines = [ln.strip() for ln in source.splitlines() if ln.strip()]
-        first = lines[0] if lines else ""
-        self.source = (first[:60] + "...") if len(first) > 60 or len(lines) > 1 else first
-        super().__init__(f"ledger: {notebook} cell {cell} (`{self.source}`) did not finish in {seconds:g} s")
-
-
-class _ThisPythonSpecs(KernelSpecManager):
-    """Kernel specs in which "python3" is always this interpreter.
-
-    Jupyter looks up "python3" in the user's data folder first, so a kernelspec left behind by an old,
-    deleted venv (``~/.local/share/jupyter/kernels/python3``) would run the lessons on another Python
-    with another torch, or fail to start at all. The ledger and the tests must measure this environment.
-    """
-
-    def get_kernel_spec(self, kernel_name: str) -> KernelSpec:
-        if kernel_name == "python3":
-            from ipykernel import kernelspec
-
-            return self.kernel_spec_class(resource_dir=kernelspec.RESOURCES, **kernelspec.get_kernel_dict())
-        return super().get_kernel_spec(kernel_name)
-
-
-def this_python_kernel() -> AsyncKernelManager:
-    """A kernel manager for nbclient that starts ipykernel on ``sys.executable``, whatever kernelspecs say."""
-    return AsyncKernelManager(kernel_name="python3", kernel_spec_manager=_ThisPythonSpecs())
-
-
-def code_cells(path: Path) -> int:
-    """How many code cells of a notebook run (nbclient skips empty ones); the progress bar counts these."""
-    return sum(c.cell_type == "code" and bool(c.source.strip()) for c in nbformat.read(path, as_version=4).cells)
-
-
-def execute_notebook(
-    path: Path,
-    *,
-    cell_timeout: float = CELL_TIMEOUT,
-    cwd: Path | None = None,
-    on_cell: Callable[[int, int], None] | None = None,
-    timeout: float | None = None,
-) -> float:
-    """Execute one notebook in a fresh kernel, in memory (the file is not rewritten); return seconds.
-
-    ``on_cell(cell_index, code_cells_done)`` is called after each code cell has finished. A cell that
-    runs longer than ``cell_timeout`` seconds raises :class:`CellTimeout`. ``timeout`` is the old
-    name of ``cell_timeout`` (nbclient's timeout has always been per cell).
-    """
-    if timeout is not None:
-        cell_timeout = timeout
-    return execute(
-        nbformat.read(path, as_version=4), path.name, cwd=cwd or path.parent, cell_timeout=cell_timeout, on_cell=on_cell
-    )
-
-
-def execute(
-    nb: Any,
-    name: str,
-    *,
-    cwd: Path,
-    cell_timeout: float = CELL_TIMEOUT,
-    on_cell: Callable[[int, int], None] | None = None,
-) -> float:
-    """Execute a notebook node in place (outputs and widget state are kept in ``nb``); return seconds.
-
-    The engine behind :func:`execute_notebook`; the site builder keeps the executed node to export it.
-    ``name`` is the notebook's file name, for the :class:`CellTimeout` message.
-    """
-    path = Path(name)
-    started: dict[str, float] = {}
-    done = [0]
-
-    def cell_started(cell: Any, cell_index: int) -> None:
-        started["index"], started["t"] = cell_index, time.monotonic()
-
-    def cell_executed(cell: Any, cell_index: int, execute_reply: Any) -> None:
-        # nbclient raises CellTimeoutError only when no reply has come by the deadline; a reply
-        # picked up late (at the deadline) is a timeout for the ledger too.
-        if time.monotonic() - started["t"] >= cell_timeout:
-            raise CellTimeout(path.name, cell_index + 1, cell.source, cell_timeout)
-        done[0] += 1
-        if on_cell is not None:
-            on_cell(cell_index, done[0])
-
-    start = time.perf_counter()
-    km = this_python_kernel()
-    client = NotebookClient(
-        nb,
-        timeout=max(1, int(cell_timeout + 0.999)),
-        km=km,
-        resources={"metadata": {"path": str(cwd)}},
-        on_cell_execute=cell_started,
-        on_cell_executed=cell_executed,
-    )
-    try:
-        # The kernel process's own stderr holds only ipykernel's start-up warnings and C-level noise;
-        # cell errors and warnings arrive through Jupyter messages, so nothing a learner needs is lost.
-        client.execute(stderr=subprocess.DEVNULL)
-    except CellTimeoutError:
-        i = started.get("index", 0)
-        raise CellTimeout(path.name, i + 1, nb.cells[i].source, cell_timeout) from None
-    finally:
-        _shut_down(km)  # nbclient shuts down only a kernel manager it made itself; this one is ours
-    return time.perf_counter() - start
-
-
-def _shut_down(km: AsyncKernelManager) -> None:
-    """Stop the kernel (and its process) that ``km`` started, if it still runs; never raises."""
-    from jupyter_core.utils import run_sync
-
-    try:
-        if km.has_kernel:
-            run_sync(km.shutdown_kernel)(now=True)
-    except Exception:  # a kernel that died already leaves nothing to stop
-        pass
-
-
-@dataclasses.dataclass
-class LessonRun:
-    """One lesson executed with its verdicts collected (for the site and a GPU record), and how it ended."""
-
-    notebook: str
-    seconds: float
-    records: list[dict[str, str]]  # the verdicts it asserted, in order, each with its "notebook"
-    error: str = ""  # "" when every cell ran; else one line naming the failing cell
-    nb: Any = None  # the executed notebook node (outputs and widget state)
-
-
-def run_lesson(
-    path: Path, *, cell_timeout: float = CELL_TIMEOUT, on_cell: Callable[[int, int], None] | None = None
-) -> LessonRun:
-    """Execute one lesson and collect its verdicts; a failing cell ends the run and is reported, never raised.
-
-    Verdicts asserted before the failure are kept, so a GPU record still holds what a lesson proved
-    before the cell that broke.
-    """
-    nb = nbformat.read(path, as_version=4)
-    error = ""
-    start = time.perf_counter()
-    with tempfile.TemporaryDirectory() as tmp:
-        record_file = Path(tmp) / "verdicts.jsonl"
-        old = os.environ.get(LEDGER_ENV)
-        os.environ[LEDGER_ENV] = str(record_file)
-        try:
-            execute(nb, path.name, cwd=path.parent, cell_timeout=cell_timeout, on_cell=on_cell)
-        except CellTimeout as err:
-            error = str(err)
-        except CellExecutionError as err:
-            bad = next(
-                (
-                    i
-                    for i, c in enumerate(nb.cells)
-                    if c.cell_type == "code" and any(o.get("output_type") == "error" for o in c.get("outputs", []))
-                ),
-                None,
-            )
-            where = f" cell {bad + 1}" if bad is not None else ""
-            error = f"{path.name}{where}: {err.ename}: {_first_line(str(err.evalue))}"
-        except Exception as err:  # the kernel died, or would not start
-            error = f"{path.name}: {type(err).__name__}: {_first_line(str(err))}"
-        finally:
-            if old is None:
-                os.environ.pop(LEDGER_ENV, None)
-            else:
-                os.environ[LEDGER_ENV] = old
-        lines = record_file.read_text(encoding="utf-8").splitlines() if record_file.exists() else []
-    records = [{**json.loads(line), "notebook": path.name} for line in lines]
-    return LessonRun(path.name, time.perf_counter() - start, records, error, nb)
-
-
-def _first_line(text: str, limit: int = 200) -> str:
-    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
-    return (lines[-1] if lines else "")[:limit]
 
 
 def build_ledger(
@@ -246,42 +67,16 @@ def build_ledger(
 ) -> tuple[list[LedgerRow], dict[str, float]]:
     """Execute the notebooks and return one row per claim, plus each notebook's run time.
 
-    The progress bar counts code cells over all the notebooks. ``timeout`` is the old name of
-    ``cell_timeout``.
+    The progress bar counts code cells over all the notebooks. The first lesson that fails raises what stopped it
+    (:class:`CellTimeout`, nbclient's ``CellExecutionError``). ``timeout`` is the old name of ``cell_timeout``.
     """
-    from tqdm.auto import tqdm
-
     if timeout is not None:
         cell_timeout = timeout
-    paths = list(notebooks)
-    counts = {p: code_cells(p) for p in paths}
-    seen: dict[str, LedgerRow] = {}
+    seen: dict[str, dict[str, str]] = {}
     times: dict[str, float] = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        old = os.environ.get(LEDGER_ENV)
-        bar = tqdm(total=sum(counts.values()), desc="executing lessons", unit="cell", disable=not progress)
-        try:
-            for path in paths:
-                bar.set_postfix_str(f"{path.name} 0/{counts[path]}")
-
-                def on_cell(cell_index: int, done: int, path: Path = path) -> None:
-                    bar.set_postfix_str(f"{path.name} {done}/{counts[path]}", refresh=False)
-                    bar.update(1)
-
-                record_file = Path(tmp) / f"{path.stem}.jsonl"
-                os.environ[LEDGER_ENV] = str(record_file)
-                times[path.name] = execute_notebook(path, cell_timeout=cell_timeout, on_cell=on_cell)
-                if record_file.exists():
-                    for line in record_file.read_text(encoding="utf-8").splitlines():
-                        rec = json.loads(line)
-                        rec["notebook"] = path.name
-                        seen[rec["id"]] = rec
-        finally:
-            bar.close()
-            if old is None:
-                os.environ.pop(LEDGER_ENV, None)
-            else:
-                os.environ[LEDGER_ENV] = old
+    for result in run_lessons(notebooks, cell_timeout=cell_timeout, progress=progress, stop_on_error=True):
+        times[result.notebook] = result.seconds
+        seen.update({rec["id"]: rec for rec in result.records})
     rows = []
     for cid, claim in all_claims().items():
         rec = seen.get(cid, {})
@@ -353,12 +148,13 @@ def run(args: argparse.Namespace, notebooks: Sequence[Path] | None = None) -> in
     if notebooks is None:
         from torchcontracts.labs.format import find_root
 
-        root = find_root()
-        notebooks = sorted((root / "notebooks").glob("[0-9][0-9]_*.ipynb"))
-        if args.only:
-            notebooks = [p for p in notebooks if any(p.name.startswith(o) for o in args.only)]
+        try:
+            notebooks = lesson_paths(find_root(), args.only)
+        except FileNotFoundError as err:
+            print(f"ledger: {err}")
+            return 1
     if not notebooks:
-        print("ledger: no lesson notebooks found in notebooks/: run this from the course root")
+        print(f"ledger: no lesson of the course manifest matches --only {' '.join(args.only or [])}")
         return 1
     cache = bool(getattr(args, "cache", False))
     out = cache_paths()[0] if cache else Path(args.out)

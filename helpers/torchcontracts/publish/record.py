@@ -1,9 +1,9 @@
 """A GPU owner's record of the course, and the tiny API lessons use to show a recorded GPU figure beside their own.
 
-``torchcontracts record`` runs only where a CUDA device really computes. It executes every lesson on that
-device with the ledger's machinery (``ledger.run_lesson``), then every GPU comparison the lessons define
-(``torchcontracts.publish.gpu_checks``: the allocator model against the real allocator, the roofline ceilings, the
-async and stream demos), and writes one JSON file into the package's data, ``data/gpu_record.json``: the
+``torchcontracts record`` runs only where a CUDA device really computes. It executes the manifest's lessons on
+that device with the loop the ledger and the site share (``runner.run_lessons``), then every GPU comparison the
+lessons define (``torchcontracts.publish.gpu_checks``: the allocator model against the real allocator, the roofline
+ceilings, the async and stream demos), and writes one JSON file into the package's data, ``data/gpu_record.json``: the
 device, its capability and driver, torch, the date, each claim's verdict and evidence, and the figures.
 On a CPU it refuses in one line and writes nothing. Nothing in this repository fakes a record: the test
 fixture lives under ``tests/``, says ``"fixture": true``, and every label made from it says so.
@@ -18,13 +18,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
 import os
-import platform
 import re
 import time
 from pathlib import Path
 from typing import Any, Sequence
+
+from torchcontracts.publish.record_schema import BUDGET_S, SCHEMA, _is_num, assemble, validate
 
 __all__ = [
     "BUDGET_S",
@@ -45,11 +45,8 @@ __all__ = [
     "validate",
 ]
 
-SCHEMA = "torchcontracts-gpu-record/1"
 RECORD_ENV = "TORCHCONTRACTS_GPU_RECORD"  # another record file to read (a colleague's, or the tests' fixture)
 RECORD_FILE = "gpu_record.json"  # in the package's data/
-BUDGET_S = 480.0  # the whole record must fit in 8 minutes on one GPU
-_KEY = re.compile(r"^[a-z0-9_]+\.[A-Za-z0-9_]+$")
 
 
 class RecordError(ValueError):
@@ -118,88 +115,6 @@ class GpuRecord:
         return pd.DataFrame(
             [{"id": cid, **{k: c[k] for k in cols[1:]}} for cid, c in sorted(self.data["claims"].items())], columns=cols
         )
-
-
-def _is_num(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-
-
-def validate(data: Any) -> list[str]:
-    """Every way ``data`` differs from the record schema (an empty list: it is a valid record)."""
-    from torchcontracts.core.claims import VERDICTS, all_claims
-
-    if not isinstance(data, dict):
-        return ["a record is a JSON object"]
-    p: list[str] = []
-    if data.get("schema") != SCHEMA:
-        p.append(f"schema must be {SCHEMA!r}, got {data.get('schema')!r}")
-    for key, kind in (("fixture", bool), ("complete", bool), ("torch", str), ("python", str), ("date", str)):
-        if not isinstance(data.get(key), kind):
-            p.append(f"{key} must be a {kind.__name__}")
-    if isinstance(data.get("date"), str) and not re.fullmatch(r"\d{4}-\d\d-\d\d", data["date"]):
-        p.append(f"date must read YYYY-MM-DD, got {data['date']!r}")
-    for key in ("seconds", "budget_s"):
-        if not _is_num(data.get(key)) or data[key] < 0:
-            p.append(f"{key} must be a number of seconds")
-    dev = data.get("device")
-    if not isinstance(dev, dict):
-        p.append("device must be an object")
-    else:
-        if not (isinstance(dev.get("name"), str) and dev["name"]):
-            p.append("device.name must be the GPU's name")
-        if not (isinstance(dev.get("capability"), str) and re.fullmatch(r"\d+\.\d+", dev["capability"])):
-            p.append(f"device.capability must read like '9.0', got {dev.get('capability')!r}")
-        for key in ("driver", "cuda"):
-            if not isinstance(dev.get(key), str):
-                p.append(f"device.{key} must be a string")
-        if not _is_num(dev.get("memory_gib")):
-            p.append("device.memory_gib must be a number")
-    sections = {k: data.get(k) for k in ("lessons", "claims", "comparisons", "figures")}
-    for key, val in sections.items():
-        if not isinstance(val, dict):
-            p.append(f"{key} must be an object")
-    if p:
-        return p
-    for name, les in data["lessons"].items():
-        if not re.fullmatch(r"\d\d_\w+\.ipynb", name) or not isinstance(les, dict):
-            p.append(f"lessons: {name!r} is not a lesson notebook name with an object")
-        elif not _is_num(les.get("seconds")) or not isinstance(les.get("error"), str):
-            p.append(f"lessons.{name} needs seconds (a number) and error (a string, empty when it ran)")
-    known = all_claims()
-    for cid, c in data["claims"].items():
-        if cid not in known:
-            p.append(f"claims: unknown claim id {cid!r}")
-        elif not isinstance(c, dict) or c.get("verdict") not in VERDICTS:
-            p.append(f"claims.{cid}.verdict must be one of {VERDICTS}")
-        elif not all(isinstance(c.get(k), str) and c.get(k) for k in ("evidence", "source", "notebook")):
-            p.append(f"claims.{cid} needs evidence, source and notebook (non-empty strings)")
-    for name, comp in data["comparisons"].items():
-        if not (
-            isinstance(comp, dict)
-            and isinstance(comp.get("ok"), bool)
-            and isinstance(comp.get("detail"), str)
-            and isinstance(comp.get("lesson"), str)
-            and _is_num(comp.get("seconds"))
-        ):
-            p.append(f"comparisons.{name} needs lesson, ok (a bool), detail and seconds")
-    for key, fig in data["figures"].items():
-        if not _KEY.match(key):
-            p.append(f"figures: key {key!r} must read area.quantity_unit")
-        elif not (
-            isinstance(fig, dict)
-            and _is_num(fig.get("value"))
-            and isinstance(fig.get("unit"), str)
-            and isinstance(fig.get("what"), str)
-        ):
-            p.append(f"figures.{key} needs value (a finite number), unit and what")
-        elif fig.get("comparison") not in data["comparisons"]:
-            p.append(f"figures.{key}.comparison must name one of the record's comparisons")
-    ran_clean = all(les["error"] == "" for les in data["lessons"].values() if isinstance(les, dict)) and all(
-        c.get("ok") for c in data["comparisons"].values() if isinstance(c, dict)
-    )
-    if not p and data["complete"] and not ran_clean:
-        p.append("complete is true but a lesson failed or a comparison did not agree")
-    return p
 
 
 def package_record_file() -> Path:
@@ -325,41 +240,6 @@ def device_info() -> dict[str, Any]:
     }
 
 
-def assemble(
-    lessons: dict[str, dict[str, Any]],
-    claims: dict[str, dict[str, str]],
-    comparisons: dict[str, dict[str, Any]],
-    *,
-    device: dict[str, Any],
-    seconds: float,
-    torch_version: str,
-    date: str | None = None,
-    partial: bool = False,
-) -> dict[str, Any]:
-    """The record's JSON object from what the lessons and comparisons produced (``validate`` checks it)."""
-    figures = {
-        key: {**fig, "comparison": name}
-        for name, comp in comparisons.items()
-        for key, fig in comp.get("figures", {}).items()
-    }
-    clean = all(not les["error"] for les in lessons.values()) and all(c["ok"] for c in comparisons.values())
-    return {
-        "schema": SCHEMA,
-        "fixture": False,
-        "date": date or time.strftime("%Y-%m-%d"),
-        "complete": clean and not partial,
-        "seconds": round(seconds, 1),
-        "budget_s": BUDGET_S,
-        "device": device,
-        "torch": torch_version,
-        "python": platform.python_version(),
-        "lessons": lessons,
-        "claims": claims,
-        "comparisons": comparisons,
-        "figures": figures,
-    }
-
-
 def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """The options of ``torchcontracts record``."""
     p.add_argument("--out", help=f"where to write the record (default: the package's data/{RECORD_FILE})")
@@ -383,42 +263,31 @@ def run(args: argparse.Namespace) -> int:
         print(reason)
         return 1
     import torch
-    from tqdm.auto import tqdm
 
-    from torchcontracts.publish import gpu_checks
     from torchcontracts.labs.format import find_root
-    from torchcontracts.publish.ledger import code_cells, run_lesson
+    from torchcontracts.publish import gpu_checks
+    from torchcontracts.publish.runner import lesson_paths, run_lessons
 
     start = time.monotonic()
-    deadline = start + args.budget
-    notebooks = sorted((find_root() / "notebooks").glob("[0-9][0-9]_*.ipynb"))
-    if args.only:
-        notebooks = [p for p in notebooks if any(p.name.startswith(o) for o in args.only)]
     lessons: dict[str, dict[str, Any]] = {}
     claims: dict[str, dict[str, str]] = {}
-    bar = tqdm(total=sum(code_cells(p) for p in notebooks), desc="lessons on CUDA", unit="cell", disable=args.quiet)
-    try:
-        for path in notebooks:
-            if time.monotonic() > deadline:
-                lessons[path.name] = {
-                    "seconds": 0.0,
-                    "error": f"not run: the {args.budget:.0f} s budget ran out",
-                    "claims": 0,
-                }
-                continue
-            bar.set_postfix_str(path.name)
-            result = run_lesson(path, cell_timeout=args.cell_timeout, on_cell=lambda i, done: bar.update(1))
-            for rec in result.records:
-                claims[rec["id"]] = {k: rec[k] for k in ("verdict", "evidence", "source", "notebook")}
-            lessons[path.name] = {
-                "seconds": round(result.seconds, 1),
-                "error": result.error,
-                "claims": len({r["id"] for r in result.records}),
-            }
-    finally:
-        bar.close()
+    for result in run_lessons(
+        lesson_paths(find_root(), args.only),
+        cell_timeout=args.cell_timeout,
+        progress=not args.quiet,
+        desc="lessons on CUDA",
+        deadline=start + args.budget,
+        late=f"not run: the {args.budget:.0f} s budget ran out",
+    ):
+        for rec in result.records:
+            claims[rec["id"]] = {k: rec[k] for k in ("verdict", "evidence", "source", "notebook")}
+        lessons[result.notebook] = {
+            "seconds": round(result.seconds, 1),
+            "error": result.error,
+            "claims": len({r["id"] for r in result.records}),
+        }
     missing = gpu_checks.load_modules()
-    comparisons = gpu_checks.run_all(deadline=deadline, progress=not args.quiet)
+    comparisons = gpu_checks.run_all(deadline=start + args.budget, progress=not args.quiet)
     record = assemble(
         lessons,
         claims,

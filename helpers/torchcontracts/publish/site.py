@@ -1,67 +1,32 @@
 """`torchcontracts site OUT/`: the course as static HTML, for reading without running it.
 
-It executes each lesson here (nbclient, one progress bar over all their cells), exports it with nbconvert's
-HTML exporter (widgets drawn in their last state, see ``site_render``), adds the student labs from ``labs/``
-(never ``solutions/``) unexecuted with their ``.ipynb`` to download, an index with the course map and the time
-estimates read from each notebook's header, and the claims ledger: the verdicts this very build asserted,
-the cached CPU ledger for lessons not built, and the recorded GPU verdict beside them when a record exists.
+It executes the manifest's lessons here (``torchcontracts.course``; the loop of ``publish.runner``, one progress bar
+over all their cells), exports each with nbconvert's HTML exporter (widgets drawn in their last state, see
+``site_render``), adds the student labs of those lessons from ``labs/`` (never ``solutions/``) unexecuted with their
+``.ipynb`` to download, an index with the course map (titles and CPU / CUDA from the manifest, time estimates read
+from each notebook's header), and the claims ledger: the verdicts this very build asserted, the cached CPU ledger
+for lessons not built, and the recorded GPU verdict beside them when a record exists.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import dataclasses
 import html
-import re
 import shutil
 import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from torchcontracts import course
 from torchcontracts.core.nbio import nbformat
 from torchcontracts.labs.load import load as load_lab
 
 from torchcontracts.publish.site_render import SiteError, error_outputs, guard, static_widgets, strip_noise, to_html
 
-__all__ = ["SiteReport", "build_site", "cuda_line", "header_minutes", "lab_lesson", "run", "title_of"]
-
-_HEADER = re.compile(r"\*\*Time:?\*\*:?\s*(?:about\s+)?(\d+)(?:\s*(?:to|-|–)\s*(\d+))?\s*min", re.IGNORECASE)
-_CUDA = re.compile(r"\*\*CPU / CUDA:?\*\*:?\s*(.+?)(?:\n\s*\n|$)", re.S)
-_PREREQ = re.compile(r"\*\*Prerequisites:?\*\*:?[^\n]*?\blessons?\s+(\d\d)\b", re.I)
-
-
-def header_minutes(nb: Any) -> str:
-    """'45' or '60-90' from a notebook's first cell (the parser of tests/test_time_estimates.py); '' if absent."""
-    found = _HEADER.search(nb.cells[0].source) if nb.cells else None
-    return (found.group(1) + (f"-{found.group(2)}" if found.group(2) else "")) if found else ""
-
-
-def title_of(nb: Any, fallback: str) -> str:
-    """The first '# ' heading, without its lesson number ("00 · Start here: ..." -> "Start here: ...")."""
-    for line in nb.cells[0].source.splitlines() if nb.cells else []:
-        if line.startswith("# "):
-            return re.sub(r"^\d\d\s*[·:.\-]?\s+", "", line[2:].strip())
-    return fallback
-
-
-def cuda_line(nb: Any, limit: int = 160) -> str:
-    """The header's **CPU / CUDA** paragraph, cut to its first sentence."""
-    found = _CUDA.search(nb.cells[0].source) if nb.cells else None
-    if not found:
-        return ""
-    text = " ".join(found.group(1).split())
-    first = re.split(r"(?<=[.;])\s", text, maxsplit=1)[0]
-    return first if len(first) <= limit else first[: limit - 1] + "…"
-
-
-def lab_lesson(nb: Any, fallback: str) -> str:
-    """The lesson a lab belongs to: the first lesson its **Prerequisites** name (lab05 -> "06"), else ``fallback``.
-
-    Lab numbers are not lesson numbers (lab 05 practises lessons 05-06, lab 06 lesson 08), so the header decides.
-    """
-    found = _PREREQ.search("\n".join(c.source for c in nb.cells[:2])) if nb.cells else None
-    return found.group(1) if found else fallback
+__all__ = ["SiteReport", "build_site", "run"]
 
 
 @dataclasses.dataclass
@@ -180,15 +145,17 @@ def _ledger_page(rows: list[dict[str, str]], gpu_label: str) -> str:
     )
 
 
-def _index_page(lessons: list[dict[str, str]], rows: list[dict[str, str]], stamp: str) -> str:
+def _index_page(lessons: list[dict[str, Any]], rows: list[dict[str, str]], stamp: str) -> str:
     from collections import Counter
 
     trs = []
     for les in lessons:
         lab = (
-            f'<a href="{les["lab_href"]}">{html.escape(les["lab"])}</a> ({les["lab_points"]}), {les["lab_minutes"]} min'
-            if les["lab_href"]
-            else "-"
+            "; ".join(
+                f'<a href="{lab["href"]}">{html.escape(lab["id"])}</a> ({lab["points"]}), {lab["minutes"]} min'
+                for lab in les["labs"]
+            )
+            or "-"
         )
         trs.append(
             f'<tr><td>{les["number"]}</td><td><a href="{les["href"]}">{html.escape(les["title"])}</a> '
@@ -230,6 +197,14 @@ def _claim_folder(root: Path, out: Path) -> None:
     (target / MARKER).write_text("built by `torchcontracts site`; rebuilding replaces its pages\n", encoding="utf-8")
 
 
+def _minutes(nb: Any) -> str:
+    """'45' or '60-90' from a notebook's header (the parser the README and the workshop kit use); '' if absent."""
+    try:
+        return course.header_minutes(nb.cells[0].source if nb.cells else "")
+    except ValueError:
+        return ""
+
+
 def build_site(
     root: Path,
     out: Path,
@@ -238,31 +213,35 @@ def build_site(
     labs: bool = True,
     progress: bool = True,
     cell_timeout: float = 120,
+    lessons: Sequence[course.Lesson] | None = None,
 ) -> SiteReport:
-    """Execute the lessons and write the site into ``out``; :class:`SiteError` names a lesson that fails."""
-    import torch
-    from tqdm.auto import tqdm
+    """Execute the lessons and write the site into ``out``; :class:`SiteError` names a lesson that fails.
 
-    from torchcontracts.publish.ledger import code_cells, run_lesson
+    The lessons are the manifest's (``only``: number prefixes); ``lessons`` gives other rows (tests build a
+    course of their own).
+    """
+    import torch
+
+    from torchcontracts.publish.runner import run_lessons
 
     start = time.perf_counter()
-    lessons = sorted((root / "notebooks").glob("[0-9][0-9]_*.ipynb"))
-    if only:
-        lessons = [p for p in lessons if any(p.name.startswith(o) for o in only)]
-    if not lessons:
-        raise SiteError(f"site: no lessons found in {root / 'notebooks'}: run this from the course root")
+    picked = list(lessons) if lessons is not None else course.lessons(only)
+    if not picked:
+        raise SiteError(f"site: no lesson of the course manifest matches --only {' '.join(only or [])}")
     _claim_folder(root, out)
+    paths = [root / les.notebook for les in picked]
+    for path in paths:
+        if not path.is_file():
+            raise SiteError(f"site: {path} is in the course manifest but not on disk: run this from the course root")
     for sub in ("lessons", "labs"):
         shutil.rmtree(out / sub, ignore_errors=True)
         (out / sub).mkdir(parents=True, exist_ok=True)
     report = SiteReport(out, [], {})
     records: dict[str, dict[str, str]] = {}
-    entries = []
-    bar = tqdm(total=sum(code_cells(p) for p in lessons), desc="executing lessons", unit="cell", disable=not progress)
-    try:
-        for path in lessons:
-            bar.set_postfix_str(path.name)
-            result = run_lesson(path, cell_timeout=cell_timeout, on_cell=lambda i, done: bar.update(1))
+    entries: dict[str, dict[str, Any]] = {}
+    runs = run_lessons(paths, cell_timeout=cell_timeout, progress=progress)
+    with contextlib.closing(runs):  # a failing lesson closes the progress bar at once
+        for les, path, result in zip(picked, paths, runs, strict=True):
             if result.error or error_outputs(result.nb):
                 raise SiteError(
                     f"site: {result.error or path.name + ' ' + ', '.join(error_outputs(result.nb))}: "
@@ -274,47 +253,34 @@ def build_site(
             guard(nb, path.name)
             strip_noise(nb)
             static_widgets(nb)
-            title = title_of(nb, path.stem)
-            target = out / "lessons" / f"{path.stem}.html"
-            target.write_text(to_html(nb, title=f"{path.name[:2]} · {title}", nav=_nav("../")), encoding="utf-8")
+            target = out / "lessons" / f"{les.stem}.html"
+            target.write_text(to_html(nb, title=f"{les.number} · {les.title}", nav=_nav("../")), encoding="utf-8")
             shutil.copy2(path, out / "lessons" / path.name)
             report.pages.append(target)
-            entries.append(
-                {
-                    "number": path.name[:2],
-                    "title": title,
-                    "href": f"lessons/{target.name}",
-                    "ipynb": f"lessons/{path.name}",
-                    "minutes": header_minutes(nb),
-                    "cuda": cuda_line(nb),
-                    "seconds": f"{result.seconds:.0f}",
-                    "lab": "",
-                    "lab_href": "",
-                    "lab_minutes": "",
-                    "lab_points": "",
-                }
+            entries[les.number] = {
+                "number": les.number,
+                "title": les.title,
+                "href": f"lessons/{target.name}",
+                "ipynb": f"lessons/{path.name}",
+                "minutes": _minutes(nb),
+                "cuda": les.cuda,
+                "seconds": f"{result.seconds:.0f}",
+                "labs": [],
+            }
+    for les in picked if labs else []:
+        for lab_id in les.labs:
+            lab = root / "labs" / f"{lab_id}.ipynb"
+            nb = nbformat.read(lab, as_version=4)
+            guard(nb, f"labs/{lab.name}")
+            static_widgets(nb)
+            target = out / "labs" / f"{lab_id}.html"
+            target.write_text(to_html(nb, title=f"{lab_id} (student lab)", nav=_nav("../")), encoding="utf-8")
+            shutil.copy2(lab, out / "labs" / lab.name)
+            report.pages.append(target)
+            entries[les.number]["labs"].append(
+                {"id": lab_id, "href": f"labs/{target.name}", "minutes": _minutes(nb), "points": _lab_points(lab_id)}
             )
-    finally:
-        bar.close()
-    by_number = {e["number"]: e for e in entries}
-    for lab in sorted((root / "labs").glob("lab[0-9][0-9]_*.ipynb")) if labs else []:
-        nb = nbformat.read(lab, as_version=4)
-        entry = by_number.get(lab_lesson(nb, lab.name[3:5]))
-        if entry is None:  # its lesson is not in this build
-            continue
-        guard(nb, f"labs/{lab.name}")
-        static_widgets(nb)
-        target = out / "labs" / f"{lab.stem}.html"
-        target.write_text(to_html(nb, title=f"{lab.stem} (student lab)", nav=_nav("../")), encoding="utf-8")
-        shutil.copy2(lab, out / "labs" / lab.name)
-        report.pages.append(target)
-        entry.update(
-            lab=lab.stem,
-            lab_href=f"labs/{target.name}",
-            lab_minutes=header_minutes(nb),
-            lab_points=_lab_points(lab.stem),
-        )
-    rows, gpu_label, _ = _ledger_rows(records, {p.name for p in lessons})
+    rows, gpu_label, _ = _ledger_rows(records, {p.name for p in paths})
     with open(out / "ledger.csv", "w", newline="", encoding="utf-8") as fh:
         writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
         writer.writeheader()
@@ -322,7 +288,7 @@ def build_site(
     (out / "ledger.html").write_text(_ledger_page(rows, gpu_label), encoding="utf-8")
     device = "cuda" if torch.cuda.is_available() else "cpu"
     stamp = f"{time.strftime('%Y-%m-%d')}, torch {torch.__version__} on {device}"
-    (out / "index.html").write_text(_index_page(entries, rows, stamp), encoding="utf-8")
+    (out / "index.html").write_text(_index_page(list(entries.values()), rows, stamp), encoding="utf-8")
     report.pages += [out / "index.html", out / "ledger.html"]
     report.seconds = time.perf_counter() - start
     report.bytes = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())

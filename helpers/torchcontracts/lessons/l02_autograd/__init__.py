@@ -1,1 +1,1 @@
-"""Lesson 02: The autograd engine, proved on live graphs (graph, lab02_autograd, tryit)."""
+"""Lesson 02: The autograd engine, proved on live graphs (graph, lab02_autograd, lab02_judges, tryit)."""
