@@ -140,3 +140,10 @@ def no_dataloader_worker_left():
     while dataloader_workers() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert dataloader_workers() == [], "a DataLoader worker outlived its test"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """nbval's cells execute a notebook: they belong to the slow tier (`-m "not slow"` leaves them out)."""
+    for item in items:
+        if item.path.suffix == ".ipynb":
+            item.add_marker(pytest.mark.slow)

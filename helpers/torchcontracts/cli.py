@@ -1,4 +1,4 @@
-"""The ``torchcontracts`` command: doctor, ledger, record, site, labs build/check, grade, new-lesson."""
+"""The ``torchcontracts`` command: doctor, ledger, record, site, labs build/check, grade, new-lesson, course-map."""
 
 from __future__ import annotations
 
@@ -39,6 +39,12 @@ def _site(args: argparse.Namespace) -> int:
 
 def _new_lesson(args: argparse.Namespace) -> int:
     from torchcontracts.scaffold import run
+
+    return run(args)
+
+
+def _course_map(args: argparse.Namespace) -> int:
+    from torchcontracts.publish.course_map import run
 
     return run(args)
 
@@ -129,6 +135,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_labs)
     p = sub.add_parser("new-lesson", help="scaffold a lesson: its notebook, package folder and manifest row")
     scaffold.add_arguments(p).set_defaults(func=_new_lesson)
+    p = sub.add_parser("course-map", help="print the README's course map from the manifest (--write: update README)")
+    p.add_argument("--write", action="store_true", help="rewrite the README's course map in place")
+    p.set_defaults(func=_course_map)
     p = sub.add_parser("grade", help="grade lab submissions (see `torchcontracts grade --help`)", add_help=False)
     p.add_argument("rest", nargs=argparse.REMAINDER)
     p.set_defaults(func=_grade)

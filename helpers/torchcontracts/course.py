@@ -31,6 +31,7 @@ class Lesson:
     labs: tuple[str, ...] = ()  # lab ids ("lab04_timing"); lab and lesson numbers differ from 05 on
     cpu: str = "all"  # what runs on a CPU
     cuda: str = "nothing"  # what needs CUDA
+    lab_note: str = ""  # shown beside the lab in the course map ("optional"; or why a lesson has none)
 
     @property
     def notebook(self) -> str:
@@ -96,6 +97,7 @@ LESSONS: tuple[Lesson, ...] = (
         "l05_data",
         cpu="all (fork, spawn and forkserver workers live)",
         cuda="real pinned memory and its transfer speed, `.cuda()` in a forked worker",
+        lab_note="lab05 uses its loader recipe",
     ),
     Lesson(
         "06",
@@ -132,6 +134,7 @@ LESSONS: tuple[Lesson, ...] = (
         labs=("lab07_ddp",),
         cpu="all (gloo on CPU)",
         cuda="NCCL (1 GPU); SyncBatchNorm and DataParallel's imbalance (2+ GPUs)",
+        lab_note="optional",
     ),
     Lesson(
         "10",

@@ -94,7 +94,7 @@ def test_a_scaffolded_lesson_passes_the_course_checks_and_the_tools_pick_it_up(t
         "test_notebook_opens_with_the_header_block[11_example_topic.ipynb]",
         "test_lesson_ends_with_what_you_proved[11_example_topic.ipynb]",
         "test_every_notebook_header_states_a_time",
-        "test_the_readme_course_map_is_the_manifest_with_the_headers_times",
+        "test_the_readme_course_map_is_made_from_the_manifest_and_the_headers",
         "test_each_claim_is_judged_in_exactly_one_lesson_and_exists",
         "test_every_claim_is_proved_by_exactly_one_lesson",
         "test_module_is_short_and_says_why_it_exists[lessons/l11_example/tryit.py]",

@@ -1,9 +1,8 @@
-"""Time estimates live in one place, each notebook's header; the README's course map must agree with them and with
-the course manifest (titles, labs, what runs on a CPU and what needs CUDA)."""
+"""Time estimates live in one place, each notebook's header; the README's course map is made from them and the
+course manifest (titles, labs, what runs on a CPU and what needs CUDA) by `torchcontracts course-map --write`."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import nbformat
@@ -11,13 +10,7 @@ import pytest
 
 from conftest import ROOT, lab_paths, lesson_paths
 from torchcontracts.course import header_minutes, lab_ids, lessons
-
-_ROW = re.compile(
-    r"^\| (\d\d) \| \[(.+?)\]\((notebooks/[^)]+)\) \| (.*?) \| (\d+(?:-\d+)?) min(?: \+ (\d+(?:-\d+)?) min lab)? \| "
-    r"(.*?) \| (.*?) \|$",
-    re.MULTILINE,
-)
-_LINKED_LAB = re.compile(r"\(labs/(lab\d\d_\w+)\.ipynb\)")
+from torchcontracts.publish.course_map import course_map, readme_with_map
 
 
 def test_every_notebook_header_states_a_time():
@@ -25,33 +18,28 @@ def test_every_notebook_header_states_a_time():
         assert header_minutes(path), path.name
 
 
-def _course_map() -> dict[str, dict]:
-    """Lesson number -> the README row's fields."""
-    rows = {}
-    for m in _ROW.finditer((ROOT / "README.md").read_text(encoding="utf-8")):
-        number, title, notebook, lab, minutes, lab_minutes, cpu, cuda = m.groups()
-        rows[number] = dict(
-            title=title,
-            notebook=notebook,
-            labs=_LINKED_LAB.findall(lab),
-            minutes=minutes,
-            lab_minutes=lab_minutes,
-            cpu=cpu,
-            cuda=cuda,
-        )
-    return rows
+def test_the_readme_course_map_is_made_from_the_manifest_and_the_headers():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert readme_with_map(readme, ROOT) == readme, (
+        "the README's course map is stale: run `torchcontracts course-map --write`"
+    )
 
 
-def test_the_readme_course_map_is_the_manifest_with_the_headers_times():
-    rows = _course_map()
-    assert [les.number for les in lessons()] == list(rows), "the README's course map rows differ from the manifest"
+def test_the_course_map_shows_each_lessons_time_labs_and_cuda_line():
+    table = course_map(ROOT)
     for les in lessons():
-        row = rows[les.number]
-        assert (row["title"], row["notebook"], row["cpu"], row["cuda"]) == (les.title, les.notebook, les.cpu, les.cuda)
-        assert row["labs"] == list(les.labs), f"lesson {les.number}: README links {row['labs']}"
-        assert row["minutes"] == header_minutes(ROOT / les.notebook), f"lesson {les.number}: README says {row}"
+        row = next(line for line in table.splitlines() if line.startswith(f"| {les.number} | "))
+        assert f"[{les.title}]({les.notebook})" in row and row.endswith(f"| {les.cpu} | {les.cuda} |"), row
+        assert f"| {header_minutes(ROOT / les.notebook)} min" in row, row
         for lab in les.labs:
-            assert row["lab_minutes"] == header_minutes(ROOT / "labs" / f"{lab}.ipynb"), f"{lab}: README says {row}"
+            assert f"(labs/{lab}.ipynb)" in row and f"+ {header_minutes(ROOT / 'labs' / f'{lab}.ipynb')} min lab" in row
+
+
+def test_a_stale_course_map_is_caught(tmp_path):
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert readme_with_map(readme.replace("| 15 min |", "| 16 min |", 1), ROOT) == readme
+    with pytest.raises(ValueError, match="markers"):
+        readme_with_map("# no map here", ROOT)
 
 
 def test_every_lab_belongs_to_exactly_one_lesson():
