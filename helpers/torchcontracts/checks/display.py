@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Sequence
 
-from torchcontracts.checks.compare import Comparison
+from torchcontracts.checks.comparison import Comparison
 
 if TYPE_CHECKING:  # spec imports this module when a check is shown
     from torchcontracts.checks.spec import CheckOutcome, Task

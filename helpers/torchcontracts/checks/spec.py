@@ -12,7 +12,7 @@ import dataclasses
 from typing import Any, Callable, Mapping, Sequence
 
 
-from torchcontracts.checks.compare import Comparison, compare, shares_storage, short
+from torchcontracts.checks.comparison import Comparison, compare, shares_storage, short
 
 __all__ = ["Case", "Check", "CheckOutcome", "Comparison", "LabSpec", "Task", "compare", "shares_storage", "short"]
 

@@ -384,3 +384,24 @@ def test_ranks_forked_after_a_compiled_backward_run_or_name_the_cause_in_one_lin
     else:
         assert outcome == "ran", outcome
     print(f"torch {version}: later forks {'poisoned' if poisoned else 'fine'}")
+
+
+def test_a_failed_launch_names_torchruns_error_line_not_its_banner():
+    from torchcontracts.lessons.l09_distributed.dist_tools import Launch, RankLog
+
+    banner = (
+        "W1203 08:20:01 torch/distributed/run.py:766] Setting OMP_NUM_THREADS\n"
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n"
+        "============================================================\n"
+        "train.py FAILED\n------------------------------------------------------------\n"
+        "Root Cause (first observed failure):\n[0]:\n  exitcode  : 1 (pid: 4242)\n"
+        "============================================================\n"
+    )
+    run = Launch(["python", "-m", "torch.distributed.run"], 1, False, 3.0, banner, {0: RankLog("", "")}, {}, [])
+    assert run.reason() == (
+        "torchrun exited with code 1: torch.distributed.elastic.multiprocessing.errors.ChildFailedError:"
+    )
+    quiet = Launch(["python", "-m", "torch.distributed.run"], 1, False, 3.0, "[0]: exitcode : 1\n=====\n", {}, {}, [])
+    assert quiet.reason() == "torchrun exited with code 1: [0]: exitcode : 1"
+    ranked = Launch(["x", "-m", "y"], 1, False, 1.0, banner, {1: RankLog("", "ValueError: bad shard\n")}, {}, [])
+    assert ranked.reason() == "torchrun exited with code 1: ValueError: bad shard"
