@@ -20,6 +20,8 @@ from torchcontracts.grading.judge import judge_check, same_inputs
 from torchcontracts.grading.plan import lab_spec, plan_run
 from torchcontracts.grading.submission import identify_lab
 
+from conftest import lab_paths
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -116,7 +118,7 @@ def test_hidden_checks_live_only_in_solutions(tmp_path):
     hidden = [c for c in spec.checks if c.hidden]
     assert hidden
     words = {c.name for c in hidden} | {c.cases.__name__ for c in hidden} | {c.judge.__name__ for c in hidden}
-    lab_text = "\n".join(p.read_text() for p in (ROOT / "labs").glob("*.ipynb"))
+    lab_text = "\n".join(p.read_text() for p in lab_paths())
     assert "BEGIN HIDDEN" not in lab_text
     package = Path(__import__("torchcontracts").__file__).parent
     for path in package.rglob("*"):
@@ -171,7 +173,7 @@ def test_fresh_kernel_checks_run_in_their_own_kernel_after_the_labchecks_import(
     cell = nbformat.v4.new_code_cell(FRESH_CELL, metadata={"torchcontracts": {"role": "hidden-check", "task": "t1"}})
     sol.cells.append(cell)
     nbformat.write(sol, course / "solutions" / f"{LAB}.ipynb")
-    import torchcontracts.grading.run as core
+    import torchcontracts.grading.steps as core
 
     runs: list[list[str]] = []
     real = core.GradingKernel

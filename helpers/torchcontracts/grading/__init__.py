@@ -7,13 +7,18 @@ Modules, one job each:
   boot       - the one start-up script of a kernel, and the fork server's loop
   forkserver - the grader's side of the fork server; the scratch folder
   kernel     - run cells in a limited kernel with deadlines; take sealed steps
-  protocol   - names, entry points and formats shared by the grader and the kernel
+  protocol   - names, entry points, formats and codes shared by the grader and the kernel
   driver     - runs in the kernel: calls the learner's functions, seals the answers
+  freeze     - runs in the kernel's sealer: stops every process of the submission while it seals
+  procs      - the processes of a submission: the one /proc reader, process-tree walker and limits block
   watch      - runs in the kernel: fingerprints of the code the checks rely on
   judge      - judges sealed answers in the grader's own process
   artefacts  - judges exported files (.pt2, .onnx, state_dict bytes) by running them in a separate sandbox
   artefact_runner - runs inside that sandbox: loads one artefact, runs it on the grader's inputs
-  run        - grade one submission: the order of steps, the scores
+  steps      - run a plan's steps in limited kernels; collect sealed answers and coded failures
+  run        - grade one submission: the kernels, the judging, the scores
+  reasons    - every reason as a code; the one table of human wording, rendered last
+  api        - the public face for lab checks (a lab's judges import only this)
   results    - the options of a run and what it produces (results of submissions, tasks, checks)
   report     - terminal, JSON, Gradescope and gradebook output
   cli        - the command line

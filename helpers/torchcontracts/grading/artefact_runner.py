@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import sys
 from pathlib import Path
 from typing import Any
+
+from torchcontracts.grading.procs import limit, owner, pids
 
 __all__ = ["main", "run_job", "serve"]
 
@@ -41,16 +42,7 @@ def _line(err: BaseException | str) -> str:
 
 
 def _limit(mem_bytes: int, uid: int) -> None:
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    resource.setrlimit(resource.RLIMIT_FSIZE, (256 * 2**20, 256 * 2**20))
-    if mem_bytes > 0:
-        resource.setrlimit(resource.RLIMIT_DATA, (mem_bytes, mem_bytes))
-    if uid >= 0:
-        resource.setrlimit(resource.RLIMIT_NPROC, (256, 256))
-        os.setgroups([])
-        os.setgid(uid)
-        os.setuid(uid)
-    os.umask(0o077)
+    limit(mem=mem_bytes, fsize=256 * 2**20, nproc=256, uid=uid if uid >= 0 else None)
 
 
 def _save_outputs(out_dir: Path, n: int, outputs: list[Any]) -> int:
@@ -305,11 +297,10 @@ def _kill_uid(uid: int) -> None:
     """Kill every process of a job's uid (a job that double-forked); this sandbox's /proc shows only its own."""
     import signal
 
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
+    for pid in pids():
+        if owner(pid) == uid:
             try:
-                if os.stat(f"/proc/{entry}").st_uid == uid:
-                    os.kill(int(entry), signal.SIGKILL)
+                os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
 

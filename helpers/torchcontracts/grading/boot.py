@@ -19,11 +19,12 @@ from __future__ import annotations
 import ctypes
 import json
 import os
-import resource
 import select
 import signal
 import sys
 from typing import Any
+
+from torchcontracts.grading.procs import limit, proc_table, subtree
 
 __all__ = ["become_kernel", "group_pids", "serve"]
 
@@ -51,18 +52,7 @@ def become_kernel(req: dict[str, Any]) -> None:
     os.close(log)
     os.environ.clear()
     os.environ.update(req["env"])
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    if req["mem"] > 0:
-        resource.setrlimit(resource.RLIMIT_DATA, (req["mem"], req["mem"]))
-    if req["fsize"] > 0:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (req["fsize"], req["fsize"]))
-    uid = req.get("uid")
-    if uid is not None:
-        resource.setrlimit(resource.RLIMIT_NPROC, (512, 512))  # per uid: one kernel's processes and threads
-        os.setgroups([])
-        os.setgid(uid)
-        os.setuid(uid)
-    os.umask(0o077)
+    limit(mem=req["mem"], fsize=req["fsize"], nproc=512, uid=req.get("uid"))  # nproc: one kernel's processes
     sys.path[:] = [p for p in sys.path if p not in ("", ".")]
     sys.argv = ["ipykernel", *req["argv"]]
     sys.stdin = open(os.devnull)  # noqa: SIM115 - the kernel's own stdin for its lifetime
@@ -72,31 +62,12 @@ def become_kernel(req: dict[str, Any]) -> None:
     kernelapp.launch_new_instance()
 
 
-def _stat(pid: int) -> tuple[str, int, int, int] | None:
-    """(state, ppid, pgid, uid) of a process, or None if it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            fields = fh.read().rsplit(b")", 1)[1].split()
-        uid = os.stat(f"/proc/{pid}").st_uid
-    except (OSError, IndexError):
-        return None
-    return fields[0].decode(), int(fields[1]), int(fields[2]), uid
-
-
 def group_pids(kernel: int, uid: int | None) -> dict[int, str]:
     """Every process of one submission, with its state: by uid in bwrap mode, else the kernel's tree."""
-    table = {int(p): s for p in os.listdir("/proc") if p.isdigit() and (s := _stat(int(p))) is not None}
+    table = proc_table()
     if uid is not None:
         return {pid: s[0] for pid, s in table.items() if s[3] == uid}
-    found, todo = {kernel}, [kernel]
-    while todo:
-        here = todo.pop()
-        for pid, s in table.items():
-            if s[1] == here and pid not in found:
-                found.add(pid)
-                todo.append(pid)
-    found |= {pid for pid, s in table.items() if s[2] == kernel}
-    return {pid: table[pid][0] for pid in found if pid in table}
+    return {pid: table[pid][0] for pid in subtree(table, kernel) if pid in table}
 
 
 def _group(req: dict[str, Any]) -> dict[str, Any]:
@@ -150,8 +121,8 @@ def serve() -> None:
             if pid in kernels:
                 kernels.discard(pid)
                 print(json.dumps({"exit": pid, "code": os.waitstatus_to_exitcode(status)}), file=out)
-        for pid, s in ((int(p), _stat(int(p))) for p in os.listdir("/proc") if p.isdigit()):
-            if s is not None and s[1] == os.getpid() and pid not in kernels and s[0] not in "ZX":
+        for pid, s in proc_table().items():
+            if s[1] == os.getpid() and pid not in kernels and s[0] not in "ZX":
                 try:  # an orphan a submission left behind (double fork): it gets no further
                     os.kill(pid, signal.SIGKILL)
                 except OSError:

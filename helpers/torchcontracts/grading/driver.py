@@ -35,7 +35,24 @@ from IPython import get_ipython as _get_ipython
 from torchcontracts.checks import Case as _Case
 
 from torchcontracts.grading import watch
-from torchcontracts.grading.protocol import BASELINE, MAX_RECORD_BYTES, pack_sealed, sealed_name
+from torchcontracts.grading.freeze import freeze
+from torchcontracts.grading.protocol import (
+    BASELINE,
+    ERR_TOO_LARGE,
+    ERR_UNSAVEABLE,
+    ERR_UNSUPPORTED,
+    GUARD_LOG,
+    MAX_RECORD_BYTES,
+    NOTE_HOOK,
+    NOTE_SIGNAL,
+    NOTE_THREADS,
+    TOO_LARGE_BLOB,
+    TRIPWIRE,
+    case_file,
+    missing_file,
+    pack_sealed,
+    sealed_name,
+)
 
 try:  # bound at import, in the fork server
     import torch.serialization as _serialization
@@ -49,16 +66,8 @@ __all__ = ["drive", "seal", "start"]
 _STATE: dict[str, Any] = {}
 _PLAIN = (bool, int, float, complex, str, bytes, type(None))
 # bound at import, before any learner code
-_fork, _exit, _kill, _killpg, _waitpid, _getpid, _getppid = (
-    os.fork,
-    os._exit,
-    os.kill,
-    os.killpg,
-    os.waitpid,
-    os.getpid,
-    os.getppid,
-)
-_open, _write, _close, _rename, _setpgid, _listdir = os.open, os.write, os.close, os.rename, os.setpgid, os.listdir
+_fork, _exit, _waitpid = os.fork, os._exit, os.waitpid
+_open, _write, _close, _rename = os.open, os.write, os.close, os.rename
 _gettrace, _getprofile, _settrace, _setprofile, _frames = (
     sys.gettrace,
     sys.getprofile,
@@ -68,12 +77,10 @@ _gettrace, _getprofile, _settrace, _setprofile, _frames = (
 )
 _gc_disable, _gc_callbacks = gc.disable, gc.callbacks
 _isinstance, _type, _str, _len, _BytesIO, _b64decode = isinstance, type, str, len, io.BytesIO, base64.b64decode
-_SIGSTOP = signal.SIGSTOP
 _getsignal, _getitimer = signal.getsignal, signal.getitimer
 _SIGNALS = tuple(s for s in signal.valid_signals() if s not in (signal.SIGKILL, signal.SIGSTOP) and s < 65)
 _TIMERS = (signal.ITIMER_REAL, signal.ITIMER_VIRTUAL, signal.ITIMER_PROF)
 _get_ident = threading.get_ident
-_monotonic, _sleep = __import__("time").monotonic, __import__("time").sleep
 
 
 def start(io_dir: str, labchecks: str, threads: int, forbidden: str, uid_isolated: bool) -> None:
@@ -110,7 +117,7 @@ def start(io_dir: str, labchecks: str, threads: int, forbidden: str, uid_isolate
     )
     if forbidden:
         _STATE["tripwire"] = _guard(
-            forbidden, os.open(str(Path(io_dir) / "guard.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            forbidden, os.open(str(Path(io_dir) / GUARD_LOG), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         )
     base = watch.fingerprints(_watched(), keep=True)
     (Path(io_dir) / BASELINE).write_text(json.dumps(base), encoding="utf-8")
@@ -120,7 +127,7 @@ def _watched() -> dict[str, Any]:
     """The watch list, plus the tripwire itself: emptying its closure is tampering too."""
     objs = watch.watched_objects(_STATE["labchecks"], _STATE["modules"])
     if "tripwire" in _STATE:
-        objs["the solutions/ tripwire"] = _STATE["tripwire"]
+        objs[TRIPWIRE] = _STATE["tripwire"]
     return objs
 
 
@@ -272,13 +279,13 @@ def _hooked() -> bool:
 def drive(spec: dict[str, Any]) -> None:
     """Call the learner's functions on the grader's cases, serialise each answer at once, then seal."""
     torch, lc = _STATE["torch"], _STATE["lc"]
-    notes: list[str] = ["hook"] if _hooked() else []
+    notes: list[str] = [NOTE_HOOK] if _hooked() else []
     user_ns = _get_ipython().user_ns
     blobs: list[tuple[str, bytes]] = []
     for job in spec["jobs"]:
         fn = user_ns.get(job["target"])
         if not callable(fn):
-            blobs.append((f"{job['check']}.missing", b""))
+            blobs.append((missing_file(job["check"]), b""))
             continue
         call = getattr(lc, job["call"]) if job["call"] else None
         cases = torch.load(_BytesIO(_b64decode(job["cases"])), weights_only=True)
@@ -287,11 +294,11 @@ def drive(spec: dict[str, Any]) -> None:
             try:
                 out = call(fn, _Case(label, tuple(args))) if call else fn(*args)
                 if _hooked():
-                    notes.append("hook")
+                    notes.append(NOTE_HOOK)
                 bad = _unsupported(out)
-                record: dict[str, Any] = {"error": "unsupported", "msg": bad} if bad else {"args": args, "out": out}
+                record: dict[str, Any] = {"error": ERR_UNSUPPORTED, "msg": bad} if bad else {"args": args, "out": out}
                 if not bad and _storage_bytes(out) > MAX_RECORD_BYTES:
-                    record = {"error": "too large", "msg": ""}  # not even serialised: it could only be refused
+                    record = {"error": ERR_TOO_LARGE, "msg": ""}  # not even serialised: it could only be refused
             except KeyboardInterrupt as err:  # the grader's timeout (or the learner's raise): stop driving
                 record, stop = _error(err), True
             except BaseException as err:  # noqa: BLE001 - the learner's error, one line per case
@@ -299,83 +306,16 @@ def drive(spec: dict[str, Any]) -> None:
             try:
                 blob = _save(record)
             except Exception as err:  # noqa: BLE001 - e.g. an object that cannot be pickled
-                record = {"error": "unsaveable", "msg": f"{type(err).__name__}: {str(err)[:120]}"}
+                record = {"error": ERR_UNSAVEABLE, "msg": f"{type(err).__name__}: {str(err)[:120]}"}
                 blob = _save(record)
             if _len(blob) > MAX_RECORD_BYTES:
-                blob = b"too large"
-            blobs.append((f"{job['check']}-{n}.pt", blob))
+                blob = TOO_LARGE_BLOB
+            blobs.append((case_file(job["check"], n), blob))
             if "error" in record:
                 break  # like the notebook's checks: the first error ends this check
         if stop:
             break
     seal(spec["token"], blobs, notes)
-
-
-def _tree(root: int) -> list[int]:
-    """The kernel's process tree and process group, read from /proc (none mode)."""
-    parents: dict[int, int] = {}
-    groups: dict[int, int] = {}
-    for entry in _listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as fh:
-                fields = fh.read().rsplit(b")", 1)[1].split()
-            parents[int(entry)], groups[int(entry)] = int(fields[1]), int(fields[2])
-        except (OSError, IndexError, ValueError):
-            continue
-    found, todo = {root}, [root]
-    while todo:
-        here = todo.pop()
-        for pid, parent in parents.items():
-            if parent == here and pid not in found:
-                found.add(pid)
-                todo.append(pid)
-    found |= {pid for pid, group in groups.items() if group == root}
-    return [p for p in found if p != _getpid()]
-
-
-def _stopped(pid: int) -> bool:
-    """True when every thread of ``pid`` is stopped (or the process is gone): SIGSTOP lands asynchronously."""
-    try:
-        tids = _listdir(f"/proc/{pid}/task")
-    except OSError:
-        return True
-    for tid in tids:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/stat", "rb") as fh:
-                if fh.read().rsplit(b")", 1)[1].split()[0] not in (b"T", b"t", b"Z", b"X"):
-                    return False
-        except (OSError, IndexError):
-            continue
-    return True
-
-
-def _freeze() -> None:
-    """Stop every process of the submission except this sealer, and wait until all their threads have stopped."""
-    me = _getpid()
-    if _STATE["uid_isolated"]:
-        _kill(-1, _SIGSTOP)  # every process of this kernel's own uid in the sandbox
-        uid = os.getuid()
-        targets = [int(p) for p in _listdir("/proc") if p.isdigit() and int(p) != me and _owner(p) == uid]
-    else:
-        _setpgid(0, 0)  # leave the kernel's group, then stop it and every process it started
-        targets = _tree(_getppid())
-        for pid in targets:
-            try:
-                _kill(pid, _SIGSTOP)
-            except OSError:
-                pass
-    deadline = _monotonic() + 2.0
-    while _monotonic() < deadline and not all(_stopped(pid) for pid in targets):
-        _sleep(0.0005)
-
-
-def _owner(pid: str) -> int:
-    try:
-        return os.stat(f"/proc/{pid}").st_uid
-    except OSError:
-        return -1
 
 
 def _learner_threads() -> int:
@@ -405,12 +345,12 @@ def _signal_state() -> tuple[Any, ...]:
 def seal(token: str, blobs: list[tuple[str, bytes]], notes: list[str]) -> None:
     """Fork the sealer, which freezes the submission and writes the step; wait for it."""
     if _hooked():
-        notes.append("hook")
+        notes.append(NOTE_HOOK)
     extra = _learner_threads()
     if extra:
-        notes.append(f"threads:{extra}")
+        notes.append(f"{NOTE_THREADS}{extra}")
     if _signal_state() != _STATE["signals"]:
-        notes.append("signal")
+        notes.append(NOTE_SIGNAL)
     live, sealing = set(_frames()), _get_ident()
     pid = _fork()
     if pid == 0:
@@ -420,10 +360,10 @@ def seal(token: str, blobs: list[tuple[str, bytes]], notes: list[str]) -> None:
             _setprofile(None)
             _gc_disable()
             del _gc_callbacks[:]
-            _freeze()
+            freeze(_STATE["uid_isolated"])
             snap = watch.fingerprints(_watched())
             if _STATE.get("busy") and (_STATE["busy"] - live or sealing in _STATE["busy"]):
-                snap["the solutions/ tripwire"] = "disabled"  # a thread marked as inside a hook that is not
+                snap[TRIPWIRE] = "disabled"  # a thread marked as inside a hook that is not
             data = pack_sealed({"notes": notes, "snapshot": snap}, blobs)
             final = os.path.join(_STATE["io"], sealed_name(token))
             part = final + ".part"

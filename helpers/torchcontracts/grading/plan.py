@@ -17,8 +17,7 @@ from pathlib import Path
 from torchcontracts.core.nbio import nbformat
 
 from torchcontracts.checks import Check, LabSpec
-from torchcontracts.labs.build import build_lab
-from torchcontracts.labs.format import cell_meta, hidden_check_sources
+from torchcontracts.labs.format import ROLE_SOLUTION, CourseCell, cell_meta, course_cells, hidden_check_sources
 from torchcontracts.labs.load import module_name
 from torchcontracts.grading.submission import GradeSetupError
 
@@ -29,7 +28,7 @@ __all__ = ["Plan", "Step", "lab_spec", "plan_run"]
 class Step:
     """One cell of the graded run: course code, a learner cell, or the driver of a task's checks."""
 
-    kind: str  # "course" | "student" | "driver"
+    kind: str  # "course" | "student" | "driver" (and "hidden": the hidden checks' driver, which steps adds last)
     source: str
     task: str = ""
 
@@ -44,15 +43,13 @@ class Plan:
 
 
 @functools.lru_cache(maxsize=None)
-def _course_lab(root: Path, lab: str) -> nbformat.NotebookNode:
-    path = root / "labs" / f"{lab}.ipynb"
-    nb = nbformat.read(path, as_version=4)
+def _course_lab(root: Path, lab: str) -> tuple[CourseCell, ...]:
+    """The course cells of ``labs/<lab>.ipynb``; refused when they are not those of ``solutions/`` (stale)."""
+    cells = course_cells(nbformat.read(root / "labs" / f"{lab}.ipynb", as_version=4))
     solution = root / "solutions" / f"{lab}.ipynb"
-    if solution.exists():
-        want = build_lab(nbformat.read(solution, as_version=4), solution.name)
-        if nbformat.writes(want) != nbformat.writes(nb):
-            raise GradeSetupError(f"labs/{lab}.ipynb is stale: run `torchcontracts labs build` before grading")
-    return nb
+    if solution.exists() and course_cells(nbformat.read(solution, as_version=4)) != cells:
+        raise GradeSetupError(f"labs/{lab}.ipynb is stale: run `torchcontracts labs build` before grading")
+    return cells
 
 
 @functools.lru_cache(maxsize=None)
@@ -174,16 +171,12 @@ def plan_run(root: Path, lab: str, nb: nbformat.NotebookNode, tasks: list[str]) 
     steps: list[Step] = []
     last: dict[str, int] = {}
     present: set[str] = set()
-    for cell in course.cells:
-        if cell.cell_type != "code":
-            continue
-        meta = cell_meta(cell)
-        if meta.get("role") == "solution":
-            task = meta.get("task", "")
-            for src in mine.get(meta.get("id"), []):
-                steps.append(Step("student", src, task))
-                present.add(task)
-            last[task] = len(steps)
+    for cell in course:
+        if cell.role == ROLE_SOLUTION:
+            for src in mine.get(cell.id, []):
+                steps.append(Step("student", src, cell.task))
+                present.add(cell.task)
+            last[cell.task] = len(steps)
         elif not _is_check_cell(cell.source):
             steps.append(Step("course", cell.source))
     ordered: list[Step] = []

@@ -12,6 +12,20 @@ from typing import Any
 
 __all__ = [
     "BASELINE",
+    "ERR_TOO_LARGE",
+    "ERR_UNSAVEABLE",
+    "ERR_UNSUPPORTED",
+    "GUARD_LOG",
+    "MODULE_PREFIX",
+    "NOTE_HOOK",
+    "NOTE_SIGNAL",
+    "NOTE_THREADS",
+    "TAMPER_SEAL",
+    "TAMPER_SOLUTIONS",
+    "TOO_LARGE_BLOB",
+    "TRIPWIRE",
+    "case_file",
+    "missing_file",
     "DRIVER_MODULE",
     "MAX_RECORD_BYTES",
     "MAX_SEALED_BYTES",
@@ -26,12 +40,35 @@ __all__ = [
 DRIVER_MODULE = "torchcontracts.grading.driver"  # imported by the fork server before any learner code
 BASELINE = "baseline.json"  # the identity snapshot taken before any learner code; read before the first learner cell
 SEAL_MAGIC = b"TCSEAL1\n"
+GUARD_LOG = "guard.log"  # none mode: the solutions/ tripwire appends one line per blocked attempt here
+# notes the driver seals with a step (what it saw while the learner's code ran)
+NOTE_HOOK = "hook"  # a trace or profile function was active
+NOTE_SIGNAL = "signal"  # a signal handler or interval timer changed since the baseline
+NOTE_THREADS = "threads:"  # prefix: "threads:<n>", threads of the submission still running at the seal
+# tamper names the grader adds itself (next to the fingerprint names that changed)
+TAMPER_SEAL = "seal"  # the sealed step was missing, malformed or disturbed
+TAMPER_SOLUTIONS = "reading solutions/"  # the tripwire wrote to GUARD_LOG
+TRIPWIRE = "the solutions/ tripwire"  # its fingerprint name
+MODULE_PREFIX = "sys.modules["  # fingerprint names of whole modules: "sys.modules[<name>]"
+# error codes of a saved answer (record["error"]), besides the name of an exception the learner's code raised
+ERR_TOO_LARGE, ERR_UNSUPPORTED, ERR_UNSAVEABLE = "too large", "unsupported", "unsaveable"
+TOO_LARGE_BLOB = b"too large"  # stands in for a serialised answer over MAX_RECORD_BYTES
 # bound at import (the fork server imports this module before any learner code): the sealer packs with these,
 # so a learner who replaces json.dumps or struct.pack cannot rewrite what the sealer writes
 _dumps, _pack, _dict, _list, _len = json.dumps, struct.pack, dict, list, len
 MAX_SEALED_FILES = 4096  # records in one sealed step (one per case); more is "not in the grader's format"
 MAX_RECORD_BYTES = 64 * 2**20  # one case's saved answer
 MAX_SEALED_BYTES = 256 * 2**20  # one sealed step, all records together
+
+
+def case_file(check: int, case: int) -> str:
+    """The sealed record of one case of one check (the check's index in the lab's list)."""
+    return f"{check}-{case}.pt"
+
+
+def missing_file(check: int) -> str:
+    """The empty record saying the check's target function is not defined in the kernel."""
+    return f"{check}.missing"
 
 
 def sealed_name(token: str) -> str:

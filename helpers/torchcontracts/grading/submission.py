@@ -11,6 +11,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
+from torchcontracts.course import lab_ids
 from torchcontracts.core.nbio import nbformat
 
 from torchcontracts.labs.format import cell_meta, notebook_lab
@@ -41,7 +42,7 @@ def _read_plain_file(path: Path, course: Path | None) -> bytes:
         if not stat.S_ISREG(info.st_mode):
             raise SubmissionError("not a notebook: the submission is not a regular file")
         if course is not None:
-            for own in [*(course / "solutions").glob("*.ipynb"), *(course / "labs").glob("*.ipynb")]:
+            for own in [course / folder / f"{lab}.ipynb" for lab in lab_ids() for folder in ("solutions", "labs")]:
                 try:
                     if os.path.samestat(info, own.stat()) and own.resolve() != path.resolve():
                         raise SubmissionError(
@@ -102,8 +103,8 @@ def read_submission(path: Path, course: Path | None = None) -> nbformat.Notebook
 
 
 def course_labs(root: Path) -> list[str]:
-    """The labs this course can grade: one per ``labs/<lab>.ipynb``."""
-    return sorted(p.stem for p in (root / "labs").glob("lab*.ipynb"))
+    """The labs this course can grade: the manifest's labs that have a ``labs/<lab>.ipynb``."""
+    return sorted(lab for lab in lab_ids() if (root / "labs" / f"{lab}.ipynb").is_file())
 
 
 def identify_lab(nb: nbformat.NotebookNode, path: Path, root: Path, expected: str | None = None) -> tuple[str, str]:

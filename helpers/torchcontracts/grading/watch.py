@@ -17,6 +17,8 @@ import sys
 import types
 from typing import Any
 
+from torchcontracts.grading.protocol import MODULE_PREFIX
+
 __all__ = ["TORCH_MODULES", "fingerprints", "preload", "watched_objects"]
 
 TORCH_MODULES = (
@@ -120,7 +122,7 @@ def watched_objects(labchecks: str, module_names: list[str] | None = None) -> di
     }
     objs: dict[str, Any] = {}
     for mname, mod in mods.items():
-        objs[f"sys.modules[{mname}]"] = mod
+        objs[f"{MODULE_PREFIX}{mname}]"] = mod
         if not _isinstance(mod, _ModuleType):
             continue
         for key, val in _list(_vars(mod).items()):

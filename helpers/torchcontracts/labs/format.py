@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 __all__ = ["BEGIN_HIDDEN", "BEGIN_SOLUTION", "END_HIDDEN", "END_SOLUTION", "META", "ROLE_HIDDEN", "ROLE_SOLUTION",
-           "LabCell", "LabFormatError", "cell_meta", "find_root", "graded_cells", "hidden_check_cells",
-           "hidden_check_sources", "notebook_lab"]
+           "CourseCell", "LabCell", "LabFormatError", "cell_meta", "course_cells", "find_root", "graded_cells",
+           "hidden_check_cells", "hidden_check_sources", "notebook_lab"]
 
 META = "torchcontracts"  # the metadata key of notebooks and cells
 ROLE_SOLUTION, ROLE_HIDDEN = "solution", "hidden-check"
@@ -85,3 +85,32 @@ def hidden_check_cells(nb: Any) -> list[tuple[str, str]]:
 def hidden_check_sources(nb: Any) -> list[str]:
     """Sources of the hidden-check cells of a solution notebook."""
     return [src for _, src in hidden_check_cells(nb)]
+
+
+@dataclasses.dataclass(frozen=True)
+class CourseCell:
+    """A code cell as the grader runs it: a solution cell by id and task (its code is the learner's), else code."""
+
+    role: str  # ROLE_SOLUTION, or "" for course code
+    id: str = ""
+    task: str = ""
+    source: str = ""
+
+
+def course_cells(nb: Any) -> tuple[CourseCell, ...]:
+    """The code cells of a lab or solution notebook in order, as a graded run uses them.
+
+    Hidden-check cells are left out and a solution cell keeps only its id and task, so a student lab built
+    from a solution notebook has the same course cells as the solution: the grader compares the two to
+    tell a stale ``labs/`` without building the lab (``labs.build`` is the course builder's, not the grader's).
+    """
+    cells = []
+    for cell in nb.cells:
+        meta = cell_meta(cell)
+        if cell.get("cell_type") != "code" or meta.get("role") == ROLE_HIDDEN:
+            continue
+        if meta.get("role") == ROLE_SOLUTION:
+            cells.append(CourseCell(ROLE_SOLUTION, str(meta.get("id", "")), str(meta.get("task", ""))))
+        else:
+            cells.append(CourseCell("", source=cell.source))
+    return tuple(cells)
