@@ -9,7 +9,7 @@ The package mirrors the course (``torchcontracts.course`` is the manifest of les
   grading/  - the grader: rebuild, run in a sandboxed kernel, judge outside it
   publish/  - ledger, site, record and the GPU comparisons
   cli       - the ``torchcontracts`` command
-Old module paths (``torchcontracts.check``, ``torchcontracts.labchecks.*``...) import through shims until 0.3.0.
+Old module paths (``torchcontracts.check``, ``torchcontracts.labchecks.*``...) import through shims until course release 0.6.0.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ _EXPORTS = {
 
 _SUBPACKAGES = ("course", "core", "checks", "labs", "lessons", "grading", "publish")
 
-from torchcontracts import _moved  # noqa: E402 - the old module paths, until 0.3.0
+from torchcontracts import _moved  # noqa: E402 - the old module paths, until course release 0.6.0
 
 _moved.install()
 

@@ -2,7 +2,7 @@
 
 A lab notebook opened before an update imports ``torchcontracts.labchecks.lab01_strides``, and a learner's
 solution cell may import ``torchcontracts.check``; both keep working: importing an old name imports the new
-module and binds it under the old name too (one module object, not a copy). The shims stay until 0.3.0;
+module and binds it under the old name too (one module object, not a copy). The shims stay through course release 0.5.0 and go in 0.6.0;
 CHANGELOG.md lists the moves. New code imports the new paths (a test checks that the package does).
 """
 

@@ -19,6 +19,8 @@ import pytest
 from browser_support import REQUIRE_ENV, Browser, LabServer, broken_copy, check_notebook, copy_course, missing_browser
 from conftest import ROOT, lab_paths, lesson_paths
 
+pytestmark = pytest.mark.slow  # executes notebooks, grades whole submissions or drives a browser
+
 ARTIFACTS = ROOT / "browser-artifacts"
 # Every lesson runs cell by cell under nbval already; the browser adds what only a front end shows (widgets
 # rendering, explorers redrawing, output that a browser must display). Its default set is the lessons with

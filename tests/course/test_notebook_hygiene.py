@@ -42,3 +42,13 @@ def test_lesson_numbers_are_unique_and_ordered():
     numbers = [p.name[:2] for p in lesson_paths()]
     assert numbers == sorted(set(numbers)), numbers
     assert all(re.fullmatch(r"\d\d", n) for n in numbers)
+
+
+@pytest.mark.parametrize("path", lesson_paths(), ids=lambda p: p.name)
+def test_one_verdict_idiom(path):
+    """`tc.verdict(...)` returns None and prints its line: no `_ =` in front, one statement per verdict."""
+    for cell in read(path).cells:
+        if cell.cell_type == "code":
+            assert not re.search(r"^\s*\w+\s*=\s*tc\.verdict\(", cell.source, re.M), (
+                f"{path.name}: write tc.verdict(...)"
+            )

@@ -23,6 +23,8 @@ import pytest
 from submissions.adversarial import CELL_TIMEOUT, LAB, MEM_MB, TASKS, build, cases, matches
 from torchcontracts.grading.sandbox import bwrap_path
 
+pytestmark = pytest.mark.slow  # executes notebooks, grades whole submissions or drives a browser
+
 ROOT = Path(__file__).resolve().parents[2]
 NAMES = sorted(cases())
 CANARY = "tc-canary-3f9a1c77e2"

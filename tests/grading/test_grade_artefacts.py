@@ -146,6 +146,8 @@ def test_a_pickle_payload_cannot_read_grader_files_reach_the_network_or_write_ou
     marker = tmp_path / "planted"
     code = f"""
 import os, socket
+
+pytestmark = pytest.mark.slow  # executes notebooks, grades whole submissions or drives a browser
 found = {{}}
 try:
     found['secret'] = open({str(secret)!r}).read()

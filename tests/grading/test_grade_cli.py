@@ -14,6 +14,8 @@ import pytest
 
 from torchcontracts.grading.sandbox import bwrap_path
 
+pytestmark = pytest.mark.slow  # executes notebooks, grades whole submissions or drives a browser
+
 ROOT = Path(__file__).resolve().parents[2]
 LAB = "lab01_strides"
 

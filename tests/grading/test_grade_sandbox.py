@@ -22,6 +22,8 @@ from torchcontracts.grading import protocol
 from torchcontracts.grading.judge import _zip_ok, scrub
 from torchcontracts.grading.sandbox import bwrap_path
 
+pytestmark = pytest.mark.slow  # executes notebooks, grades whole submissions or drives a browser
+
 ROOT = Path(__file__).resolve().parents[2]
 MODES = [
     pytest.param("bwrap", marks=pytest.mark.skipif(bwrap_path() is None, reason="bubblewrap is not installed")),

@@ -19,6 +19,8 @@ from torchcontracts.grading import reasons
 from torchcontracts.grading.reasons import Reason
 from torchcontracts.grading.run import GradeOptions, grade_file
 
+pytestmark = pytest.mark.slow  # executes notebooks, grades whole submissions or drives a browser
+
 ROOT = Path(__file__).resolve().parents[2]
 PICKED = ["correct", "blank", "partial", "tamper_equal", "infinite_loop", "os_exit", "renamed_and_deleted"]
 NONSENSE = {code: f"~{code.value[::-1]}~ zorp" for code in Reason}  # no field: parameters are dropped

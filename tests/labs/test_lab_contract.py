@@ -23,6 +23,8 @@ from lab_support import _reference_outputs, _spec
 from torchcontracts.checks import Check
 from torchcontracts.course import lab_ids
 
+pytestmark = pytest.mark.slow  # executes notebooks, grades whole submissions or drives a browser
+
 LABS = lab_ids()
 NAN = float("nan")
 

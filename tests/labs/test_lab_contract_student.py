@@ -19,6 +19,8 @@ from torchcontracts.course import lab_ids
 from torchcontracts.labs.format import cell_meta
 from torchcontracts.publish.ledger import this_python_kernel
 
+pytestmark = pytest.mark.slow  # executes notebooks, grades whole submissions or drives a browser
+
 
 # --- the student lab runs to its TODOs and prints no expected value ------------------------------------
 

@@ -120,8 +120,8 @@ def test_labs_check_passes_for_a_student_copy_without_solutions(tmp_path):
 @pytest.mark.parametrize(
     "line",
     [
-        "from torchcontracts.labchecks.labXX_demo import lab",
-        "from torchcontracts.labchecks.labXX_demo import (helper,\n    lab)",
+        "from torchcontracts.labchecks.labXX_demo import lab",  # an old path (the shims still import it)
+        "from torchcontracts.lessons.l99_demo.labXX_demo import (helper,\n    lab)",
         "L.lab.add_hidden(check)",
     ],
 )

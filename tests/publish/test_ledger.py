@@ -9,7 +9,10 @@ import sys
 
 from torchcontracts.core.claims import owned_by
 
+import pytest
 from conftest import ROOT
+
+pytestmark = pytest.mark.slow  # executes notebooks, grades whole submissions or drives a browser
 
 
 def test_ledger_writes_a_row_per_claim_with_lesson_01_verdicts(tmp_path):

@@ -119,9 +119,9 @@ if tc.cuda_or_skip("03-x"):
 else:
     tc.verdict("C019", "gpu-only", evidence="e", proof=p)
 if not on_gpu:
-    _ = tc.verdict("C024", "gpu-only", evidence="e", proof=p)
+    tc.verdict("C024", "gpu-only", evidence="e", proof=p)
 else:
-    _ = tc.verdict("C024", "false", evidence="e", proof=p)
+    tc.verdict("C024", "false", evidence="e", proof=p)
 tc.verdict("C086", "true" if frag_on_gpu else "partly", evidence="e", proof=p)
 tc.verdict("C083", chosen, evidence="e", proof=p)
 """

@@ -15,7 +15,10 @@ from nbclient import NotebookClient
 from nbformat.v4 import new_code_cell, new_notebook
 
 from conftest import ROOT
+import pytest
 from torchcontracts.publish.ledger import this_python_kernel
+
+pytestmark = pytest.mark.slow  # executes notebooks, grades whole submissions or drives a browser
 
 
 def test_explorers_make_nbclient_send_nothing_but_execute_requests_while_their_cells_run(tmp_path):

@@ -26,6 +26,8 @@ from conftest import ROOT, lab_paths, lesson_paths, read, solution_paths
 from torchcontracts import course
 from torchcontracts.course import header_minutes as readme_parser_minutes
 
+pytestmark = pytest.mark.slow  # executes notebooks, grades whole submissions or drives a browser
+
 FIXTURE = ROOT / "tests" / "fixtures" / "gpu_record.fixture.json"
 LESSONS = ["00_start_here", "01_tensor_contracts"]
 

@@ -6,7 +6,7 @@ and nothing is sent anywhere: ``Exercise.check(fn)`` runs the checks in the note
 one line per check. A stub that still raises ``NotImplementedError`` gets a one-line nudge, never a
 traceback, so a lesson runs top to bottom before the learner has tried anything.
 
-Each lesson's exercises live in ``torchcontracts.exercises.lessonNN``; their checkers are tested
+Each lesson's exercises live in ``torchcontracts.lessons.lNN_slug.tryit``; their checkers are tested
 against a reference answer and against the common wrong answers in ``tests/test_tryit.py``.
 """
 

@@ -23,6 +23,8 @@ import pytest
 from conftest import ROOT, notebook_functions
 from torchcontracts.lessons.l05_data.data_pipeline import dataloader_workers
 
+pytestmark = pytest.mark.slow  # executes notebooks, grades whole submissions or drives a browser
+
 NB = ROOT / "notebooks" / "05_data_pipeline.ipynb"
 
 

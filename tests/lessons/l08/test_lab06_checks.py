@@ -19,7 +19,7 @@ from torch.export import Dim
 
 from conftest import checks_by_task
 from torchcontracts.checks import Check
-from torchcontracts.labchecks import lab06_deployment as L
+from torchcontracts.lessons.l08_deploy import lab06_deployment as L
 
 logging.getLogger("torchao").setLevel(logging.ERROR)
 from torchao.quantization import Int8DynamicActivationInt8WeightConfig, Int8WeightOnlyConfig, quantize_  # noqa: E402

@@ -33,10 +33,13 @@ from torchcontracts.lessons.l09_distributed.dist_tools import (
 )
 from torchcontracts.lessons.l09_distributed.rank_runner import AUTOGRAD_FORK, BAD_AUTOGRAD_FORK, run_ranks
 
-pytestmark = pytest.mark.skipif(
-    not sys.platform.startswith("linux") or not dist.is_gloo_available(),
-    reason="launch and run_ranks need Linux and gloo",
-)
+pytestmark = [
+    pytest.mark.skipif(
+        not sys.platform.startswith("linux") or not dist.is_gloo_available(),
+        reason="launch and run_ranks need Linux and gloo",
+    ),
+    pytest.mark.slow,  # real torchrun launches and forked gloo groups
+]
 
 
 # Children this process had before these tests (other test modules in the same pytest worker may own

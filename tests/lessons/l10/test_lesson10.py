@@ -16,6 +16,8 @@ from torchcontracts.publish.record import RECORD_ENV
 
 from conftest import ROOT
 
+pytestmark = pytest.mark.slow  # executes notebooks, grades whole submissions or drives a browser
+
 LESSON = ROOT / "notebooks" / "10_claims_ledger.ipynb"
 FIXTURE = ROOT / "tests" / "fixtures" / "gpu_record.fixture.json"
 
