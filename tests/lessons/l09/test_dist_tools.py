@@ -401,10 +401,12 @@ def test_a_failed_launch_names_torchruns_error_line_not_its_banner():
         "============================================================\n"
     )
     run = Launch(["python", "-m", "torch.distributed.run"], 1, False, 3.0, banner, {0: RankLog("", "")}, {}, [])
-    assert run.reason() == (
-        "torchrun exited with code 1: torch.distributed.elastic.multiprocessing.errors.ChildFailedError:"
+    assert run.reason() == "torchrun exited with code 1: exitcode  : 1 (pid: 4242)"
+    error = "torch.distributed.DistNetworkError: The server socket has failed to listen\n=====\n"
+    quiet = Launch(["python", "-m", "torch.distributed.run"], 1, False, 3.0, error, {}, {}, [])
+    assert (
+        quiet.reason()
+        == "torchrun exited with code 1: torch.distributed.DistNetworkError: The server socket has failed to listen"
     )
-    quiet = Launch(["python", "-m", "torch.distributed.run"], 1, False, 3.0, "[0]: exitcode : 1\n=====\n", {}, {}, [])
-    assert quiet.reason() == "torchrun exited with code 1: [0]: exitcode : 1"
     ranked = Launch(["x", "-m", "y"], 1, False, 1.0, banner, {1: RankLog("", "ValueError: bad shard\n")}, {}, [])
     assert ranked.reason() == "torchrun exited with code 1: ValueError: bad shard"

@@ -125,7 +125,9 @@ class Launch:
         # torchrun's own summary is a banner ("=====", "Failures:", "[0]: ... exitcode: 1 ..."): its error or
         # exitcode line says what happened, the rules around it do not
         agent = [l.strip() for l in self.agent_log.splitlines() if l.strip() and l.strip().strip("=-") != ""]
-        told = [l for l in agent if "Error" in l or "error:" in l] or [l for l in agent if "exitcode" in l]
+        told = [l for l in agent if "exitcode" in l or "Signal" in l] or [
+            l for l in agent if "Error" in l or "error:" in l
+        ]
         last = lines[-1].strip() if lines else (told[-1] if told else (agent[-1] if agent else "(no output)"))
         return f"torchrun exited with code {self.returncode}: {last[:200]}"
 
