@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 # The suite runs 3 xdist workers, their kernels, graders and browsers on 2 cores. By default an idle OpenMP
@@ -10,6 +11,15 @@ from pathlib import Path
 # about 10% less CPU time without it). Tests only: lessons, labs and learners keep the default, and a user's
 # own setting wins. Kernels, graders and launched ranks inherit it from this process.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+# A lesson that the ledger, the site or the GPU record executes once in a test run is read back by the next of them
+# (torchcontracts.publish.runner keeps clean runs in this folder, keyed by the notebook's bytes, the torch version and
+# the TORCHCONTRACTS_* environment). xdist gives its workers one run id, so they share it; nbval runs each notebook
+# on its own, in its own kernel.
+os.environ.setdefault(
+    "TORCHCONTRACTS_EXEC_CACHE",
+    os.path.join(tempfile.gettempdir(), f"tc-exec-{os.environ.get('PYTEST_XDIST_TESTRUNUID') or os.getpid()}"),
+)
 
 import nbformat
 import pytest

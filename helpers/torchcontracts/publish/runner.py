@@ -9,11 +9,18 @@ Every code cell has ``cell_timeout`` seconds (default 120). A cell that takes lo
 :class:`CellTimeout`, whose message names the notebook and the cell, e.g.
 ``ledger: 03_memory_contracts.ipynb cell 43 (`box = explorer()`) did not finish in 120 s``
 (cells are counted from 1 at the top of the notebook, markdown cells included).
+
+With ``TORCHCONTRACTS_EXEC_CACHE`` set to a folder, a lesson that ran clean is kept there, keyed by a hash of
+the notebook's bytes, the torch version and the ``TORCHCONTRACTS_*`` environment: the same lesson asked for again
+(by the ledger, then the site, in one test run) is read back instead of executed again. The test suite sets it
+for one run; nothing else does, so a learner's ledger always executes.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import fcntl
+import hashlib
 import json
 import os
 import subprocess
@@ -45,6 +52,7 @@ __all__ = [
 ]
 
 CELL_TIMEOUT = 120  # seconds one code cell may run
+CACHE_ENV = "TORCHCONTRACTS_EXEC_CACHE"  # a folder: lessons that ran clean, keyed by content (tests set it)
 
 
 class CellTimeout(RuntimeError):
@@ -180,14 +188,44 @@ class LessonRun:
     exception: BaseException | None = dataclasses.field(default=None, repr=False)  # what ended the run, if anything
 
 
+def _cache_key(path: Path) -> str:
+    """What a lesson's run depends on besides the package: its bytes, the torch build, the course's environment."""
+    import torch
+
+    env = sorted((k, v) for k, v in os.environ.items() if k.startswith("TORCHCONTRACTS_") and k != CACHE_ENV)
+    return hashlib.sha256(path.read_bytes() + repr((torch.__version__, env)).encode()).hexdigest()[:24]
+
+
 def run_lesson(
     path: Path, *, cell_timeout: float = CELL_TIMEOUT, on_cell: Callable[[int, int], None] | None = None
 ) -> LessonRun:
     """Execute one lesson and collect its verdicts; a failing cell ends the run and is reported, never raised.
 
     Verdicts asserted before the failure are kept, so a GPU record still holds what a lesson proved
-    before the cell that broke.
+    before the cell that broke. Under ``TORCHCONTRACTS_EXEC_CACHE`` a clean run is kept, and read back.
     """
+    folder = os.environ.get(CACHE_ENV)
+    if not folder:
+        return _run_lesson(path, cell_timeout=cell_timeout, on_cell=on_cell)
+    base = Path(folder) / f"{path.stem}-{_cache_key(path)}"
+    base.parent.mkdir(parents=True, exist_ok=True)
+    with open(f"{base}.lock", "w") as lock:  # two test workers asking at once: the second waits, then reads
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if Path(f"{base}.json").exists():
+            kept = json.loads(Path(f"{base}.json").read_text(encoding="utf-8"))
+            nb = nbformat.read(f"{base}.ipynb", as_version=4)
+            for n in range(code_cells(path)):
+                if on_cell:
+                    on_cell(n, n + 1)
+            return LessonRun(path.name, kept["seconds"], kept["records"], "", nb)
+        run = _run_lesson(path, cell_timeout=cell_timeout, on_cell=on_cell)
+        if not run.error and run.nb is not None:
+            nbformat.write(run.nb, f"{base}.ipynb")
+            Path(f"{base}.json").write_text(json.dumps({"seconds": run.seconds, "records": run.records}))
+        return run
+
+
+def _run_lesson(path: Path, *, cell_timeout: float, on_cell: Callable[[int, int], None] | None) -> LessonRun:
     nb = nbformat.read(path, as_version=4)
     error = ""
     failure: BaseException | None = None
