@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, lab_paths, lesson_paths, solution_paths
 from torchcontracts._moved import MOVED
 
 
@@ -41,12 +41,8 @@ def test_the_course_itself_uses_only_the_new_paths():
     )
     old_pkg = re.compile(r"torchcontracts\.(labchecks|exercises)\b")
     found = []
-    paths = [*(ROOT / "helpers").rglob("*.py"), *(ROOT / "tests").rglob("*.py"), *(ROOT / "notebooks").glob("*.ipynb")]
-    paths += [
-        *(ROOT / "solutions").glob("*.ipynb"),
-        *(ROOT / "labs").glob("*.ipynb"),
-        *(ROOT / "benchmarks").glob("*.py"),
-    ]
+    paths = [*(ROOT / "helpers").rglob("*.py"), *(ROOT / "tests").rglob("*.py"), *(ROOT / "benchmarks").glob("*.py")]
+    paths += [*lesson_paths(), *solution_paths(), *lab_paths()]
     for path in paths:
         if path.name in ("_moved.py", "test_moved.py", "test_course.py") or "__pycache__" in path.parts:
             continue

@@ -26,6 +26,8 @@ from torchcontracts.grading import artefacts
 from torchcontracts.grading.artefacts import evaluate
 from torchcontracts.lessons.l08_deploy import lab06_deployment as L
 
+pytestmark = pytest.mark.slow  # grades exported artefacts in a sandbox
+
 needs_bwrap = pytest.mark.skipif(artefacts.isolation() != "bwrap", reason="bubblewrap is not usable here")
 
 
@@ -146,8 +148,6 @@ def test_a_pickle_payload_cannot_read_grader_files_reach_the_network_or_write_ou
     marker = tmp_path / "planted"
     code = f"""
 import os, socket
-
-pytestmark = pytest.mark.slow  # executes notebooks, grades whole submissions or drives a browser
 found = {{}}
 try:
     found['secret'] = open({str(secret)!r}).read()

@@ -4,7 +4,8 @@ Modules, one job each:
   submission - read a notebook without trusting it; tell which lab it is
   plan       - rebuild the graded run from the course's own cells; load the lab's checks
   sandbox    - bubblewrap: what the learner's kernel can see and do
-  boot       - the one start-up script of a kernel, and the fork server's loop
+  boot       - the one start-up script of a kernel, and the kernels' fork server (on forkloop)
+  forkloop   - the one fork-server loop: preload once, then one JSON request and answer per line
   forkserver - the grader's side of the fork server; the scratch folder
   kernel     - run cells in a limited kernel with deadlines; take sealed steps
   protocol   - names, entry points, formats and codes shared by the grader and the kernel

@@ -17,6 +17,7 @@ Two ways in:
   (``{"dir", "uid", "mem", "timeout"}``), kills it at its deadline, kills whatever else runs under the
   job's uid, and answers one line (``{"code", "timeout"}``). Only used with a uid per job (root in
   bubblewrap), so a job cannot touch another job's folder or outlive its turn.
+  Its loop is ``forkloop``'s, shared with the kernel fork server (``boot``).
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from torchcontracts.grading import forkloop
+from torchcontracts.grading.forkloop import Loop
 from torchcontracts.grading.procs import limit, owner, pids
 
 __all__ = ["main", "run_job", "serve"]
@@ -305,63 +308,27 @@ def _kill_uid(uid: int) -> None:
                 pass
 
 
-def _job_process(req: dict[str, Any]) -> int:
-    """Fork one job and wait until it ends or its deadline passes: its exit code, or -999 when it was killed at it."""
-    import signal
-    import time
+def _job(req: dict[str, Any]) -> None:
+    """The forked job process: a session of its own, no pipe of the server's, then the job."""
+    os.setsid()
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):  # the server's pipes stay out of the job's reach
+        os.dup2(null, fd)
+    run_job(Path(req["dir"]), int(req["uid"]), int(req["mem"]))
 
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            os.setsid()
-            null = os.open(os.devnull, os.O_RDWR)
-            for fd in (0, 1, 2):  # the server's pipes stay out of the job's reach
-                os.dup2(null, fd)
-            run_job(Path(req["dir"]), int(req["uid"]), int(req["mem"]))
-            code = 0
-        finally:
-            os._exit(code)
-    deadline = time.monotonic() + float(req["timeout"])
-    status, timed_out = None, False
-    while status is None:
-        done, st = os.waitpid(pid, os.WNOHANG)
-        if done:
-            status = st
-        elif time.monotonic() > deadline:
-            timed_out = True
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except OSError:
-                os.kill(pid, signal.SIGKILL)
-            _, status = os.waitpid(pid, 0)
-        else:
-            time.sleep(0.005)
+
+def _handle(loop: Loop, req: dict[str, Any]) -> None:
+    """One job: fork it, kill it at its deadline, kill whatever else runs under its uid, then answer."""
+    pid = loop.fork(req)
+    status, timed_out = loop.wait(pid, float(req["timeout"]))
     _kill_uid(int(req["uid"]))
-    while True:  # reap what the kill left (this process is the sandbox's init or a subreaper)
-        try:
-            if os.waitpid(-1, os.WNOHANG)[0] == 0:
-                break
-        except ChildProcessError:
-            break
-    return -999 if timed_out else os.waitstatus_to_exitcode(status)
+    loop.reap()  # what the kill left (this process is the sandbox's init or a subreaper)
+    loop.answer({"code": None if timed_out else os.waitstatus_to_exitcode(status), "timeout": timed_out})
 
 
 def serve() -> None:
-    """The fork server's loop: one JSON request per line on stdin, one JSON answer per line on stdout."""
-    import ctypes
-
-    _preload()
-    try:
-        ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER: a job's orphans come back here
-    except (OSError, AttributeError):
-        pass
-    out = os.fdopen(os.dup(1), "w", buffering=1)
-    print("ready", file=out)
-    for line in sys.stdin:
-        req = json.loads(line)
-        code = _job_process(req)
-        print(json.dumps({"code": None if code == -999 else code, "timeout": code == -999}), file=out)
+    """The fork server: one job at a time, each answered when it ends or its deadline passes."""
+    forkloop.serve(preload=_preload, handle=_handle, child=_job, failed=1)
 
 
 def main(argv: list[str]) -> int:

@@ -4,7 +4,7 @@
 the driver once, then forks a fresh kernel per request (milliseconds instead of ~2 s), reports
 each kernel's exit, signals kernels for the grader, and checks, resumes or kills all the
 processes of one submission. It is a child subreaper: a process a learner double-forks to
-escape the kernel lands here, and is killed.
+escape the kernel lands here, and is killed. Its loop is ``forkloop``'s, shared with ``artefact_runner``.
 
 ``python -m torchcontracts.grading.boot kernel REQUEST_JSON``: become one kernel directly (no fork
 server: off Linux, or ``--no-fork-server``).
@@ -16,32 +16,23 @@ survives, unlike ``RLIMIT_AS``), and in bwrap mode as root a uid of its own.
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
-import select
 import signal
 import sys
 from typing import Any
 
+from torchcontracts.grading import forkloop
+from torchcontracts.grading.forkloop import PR_SET_PDEATHSIG, Loop, prctl
 from torchcontracts.grading.procs import limit, proc_table, subtree
 
 __all__ = ["become_kernel", "group_pids", "serve"]
-
-_PR_SET_PDEATHSIG, _PR_SET_CHILD_SUBREAPER = 1, 36
-
-
-def _prctl(option: int, value: int) -> None:
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
-    except (OSError, AttributeError):  # not Linux
-        pass
 
 
 def become_kernel(req: dict[str, Any]) -> None:
     """Turn this (freshly forked or launched) process into a limited ipykernel; never returns."""
     os.setsid()
-    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     os.chdir(req["cwd"])
     log = os.open(req["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     null = os.open(os.devnull, os.O_RDONLY)
@@ -84,8 +75,7 @@ def _group(req: dict[str, Any]) -> dict[str, Any]:
     return {}
 
 
-def serve() -> None:
-    """The fork server's loop: one JSON request per line on stdin, one JSON answer per line on stdout."""
+def _preload() -> None:
     import IPython  # noqa: F401 - paid once, in the server
     import ipykernel.kernelapp  # noqa: F401
     import torch  # noqa: F401
@@ -94,76 +84,34 @@ def serve() -> None:
     from torchcontracts.grading import driver, watch  # noqa: F401
 
     watch.preload()
-    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    _prctl(_PR_SET_CHILD_SUBREAPER, 1)
-    rd, wr = os.pipe()
-    os.set_blocking(wr, False)
-    signal.set_wakeup_fd(wr)
-    signal.signal(signal.SIGCHLD, lambda *a: None)
-    out = os.fdopen(sys.stdout.fileno(), "w", buffering=1, closefd=False)
-    kernels: set[int] = set()
-    print("ready", file=out)
-    buf = b""
-    while True:
-        try:
-            ready, _, _ = select.select([0, rd], [], [], 0.5)
-        except InterruptedError:
-            continue
-        if rd in ready:
-            os.read(rd, 4096)
-        while True:  # reap, and report the exits of kernels
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                break
-            if pid == 0:
-                break
-            if pid in kernels:
-                kernels.discard(pid)
-                print(json.dumps({"exit": pid, "code": os.waitstatus_to_exitcode(status)}), file=out)
-        for pid, s in proc_table().items():
-            if s[1] == os.getpid() and pid not in kernels and s[0] not in "ZX":
-                try:  # an orphan a submission left behind (double fork): it gets no further
-                    os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
-        if 0 not in ready:
-            continue
-        chunk = os.read(0, 65536)
-        if not chunk:
-            os._exit(0)
-        buf += chunk
-        while b"\n" in buf:
-            line, buf = buf.split(b"\n", 1)
-            req = json.loads(line)
-            if req["op"] == "signal":
-                try:
-                    os.kill(req["pid"], req["sig"])
-                except OSError:
-                    pass
-                continue
-            if req["op"] == "group":
-                print(json.dumps({"id": req["id"], **_group(req)}), file=out)
-                continue
-            pid = os.fork()
-            if pid:
-                kernels.add(pid)
-                print(json.dumps({"pid": pid, "id": req["id"]}), file=out)
-                continue
-            code = 0
-            try:  # the child: become a fresh kernel
-                signal.set_wakeup_fd(-1)
-                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-                os.close(rd)
-                os.close(wr)
-                become_kernel(req)
-            except BaseException:  # noqa: BLE001 - say why in the kernel's log, and exit with a code that says so
-                import traceback
 
-                traceback.print_exc()
-                code = 70
-            finally:
-                os._exit(code)
+
+def _handle(loop: Loop, req: dict[str, Any]) -> None:
+    if req["op"] == "signal":
+        try:
+            os.kill(req["pid"], req["sig"])
+        except OSError:
+            pass
+        return
+    if req["op"] == "group":
+        loop.answer({"id": req["id"], **_group(req)})
+        return
+    pid = loop.fork(req)  # the child becomes a fresh kernel
+    loop.answer({"pid": pid, "id": req["id"]})
+
+
+def serve() -> None:
+    """The fork server: answers a spawn with the kernel's pid at once, reports its exit later, kills orphans."""
+    forkloop.serve(
+        preload=_preload,
+        handle=_handle,
+        child=become_kernel,
+        failed=70,  # the traceback is in the kernel's log
+        report_exits=True,
+        kill_orphans=True,
+        pdeathsig=True,
+    )
+    os._exit(0)
 
 
 if __name__ == "__main__":

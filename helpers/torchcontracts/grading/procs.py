@@ -1,9 +1,9 @@
 """The processes of a submission: the one ``/proc`` reader, process-tree walker and resource-limits block.
 
-Used by the kernel fork server (``boot``: a kernel's limits, a submission's processes, orphans), by the
-sealer in the learner's kernel (``freeze``: what to stop) and by the artefact sandbox (``artefact_runner``:
-a job's limits, what a job left running). The kernel side imports it in the fork server, before any
-learner code, so everything it calls is bound here at import.
+Used by the kernel fork server (``boot``: a kernel's limits, a submission's processes), by the fork servers'
+one loop (``forkloop``: orphans), by the sealer in the learner's kernel (``freeze``: what to stop) and by the
+artefact sandbox (``artefact_runner``: a job's limits, what a job left running). The kernel side imports it in
+the fork server, before any learner code, so everything it calls is bound here at import.
 """
 
 from __future__ import annotations
