@@ -35,6 +35,8 @@ import time
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
+from torchcontracts.lessons.l09_distributed.dist_procs import MARK, leftover_processes, live_children
+
 __all__ = [
     "Launch",
     "RankLog",
@@ -48,7 +50,6 @@ __all__ = [
     "write_script",
 ]
 
-MARK = "TORCHCONTRACTS_DIST_RUN"  # set in the environment of every process we launch, to find stragglers
 OUT = "TORCHCONTRACTS_DIST_OUT"  # where save_result writes, inside a launched script
 _NOISE = ("Setting OMP_NUM_THREADS", "*****", "Kernel is running over TCP")
 
@@ -132,8 +133,14 @@ class Launch:
         return f"torchrun exited with code {self.returncode}: {last[:200]}"
 
     def check(self) -> "Launch":
-        """Return self, or raise RuntimeError with the one-line reason."""
+        """Return self, or print what torchrun and the ranks said last and raise RuntimeError with the one-line reason."""
         if not self.ok:
+            import sys
+
+            tail = [f"[torchrun] {line}" for line in self.agent_log.splitlines()[-12:]]
+            for rank, log in sorted(self.ranks.items()):
+                tail += [f"[local rank {rank} stderr] {line}" for line in log.stderr.splitlines()[-6:]]
+            print("\n".join(tail), file=sys.stderr)
             raise RuntimeError(self.reason())
         return self
 
@@ -325,59 +332,6 @@ def launch_nodes(
             if proc.poll() is None or leftover_processes(f"{token}.{node}"):
                 _kill_all(proc, f"{token}.{node}")
                 proc.wait()
-
-
-def leftover_processes(token: str | None = None) -> list[int]:
-    """Pids of live processes started by ``launch`` in this process (or by the launch ``token``); Linux only.
-
-    A process is ours when its environment carries ``TORCHCONTRACTS_DIST_RUN`` with a token this process made
-    (tokens start with the launching pid), so launches by another notebook or test worker never count;
-    zombies do not count either.
-    """
-    if not os.path.isdir("/proc"):
-        return []
-    found = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit() or int(pid) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as fh:
-                state = fh.read().rsplit(b")", 1)[1].split()[0]
-            with open(f"/proc/{pid}/environ", "rb") as fh:
-                env = fh.read().split(b"\0")
-        except (OSError, IndexError):
-            continue
-        mine = [e for e in env if e.startswith(MARK.encode() + b"=")]
-        wanted = f"{MARK}={token}".encode() if token else f"{MARK}={os.getpid()}-".encode()
-        if state not in (b"Z", b"X") and mine and (mine[0] == wanted if token else mine[0].startswith(wanted)):
-            found.append(int(pid))
-    return sorted(found)
-
-
-_HELPERS = (b"multiprocessing.resource_tracker",)  # Python's own helper of the spawn start method: it ends with us
-
-
-def live_children(pid: int | None = None) -> list[int]:
-    """Pids of the live (not zombie) child processes of ``pid`` (this process by default); Linux only.
-
-    Python's multiprocessing resource tracker, which the spawn start method starts once and which
-    exits with its parent, does not count.
-    """
-    me = os.getpid() if pid is None else pid
-    found = []
-    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as fh:
-                fields = fh.read().rsplit(b")", 1)[1].split()
-            with open(f"/proc/{entry}/cmdline", "rb") as fh:
-                cmdline = fh.read()
-        except (OSError, IndexError):
-            continue
-        if int(fields[1]) == me and fields[0] not in (b"Z", b"X") and not any(h in cmdline for h in _HELPERS):
-            found.append(int(entry))
-    return sorted(found)
 
 
 @contextlib.contextmanager
