@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 
-__all__ = ["Comparison", "compare", "shares_storage", "short"]
+__all__ = ["Comparison", "compare", "not_a_result", "shares_storage", "short"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -212,3 +212,20 @@ def compare(
         at = _first_mismatch(a, e, atol, rtol) if a.numel() else 0
         return Comparison(name, ok, shape, dtype, strides, diff, status, _short_at(expected, at), _short_at(actual, at))
     return Comparison(name, ok, shape, dtype, strides, diff, status)
+
+
+def not_a_result(out: Any, keys: Sequence[str]) -> list[Comparison]:
+    """A failing row when ``out`` is not a check driver's dict of measurements (a disturbed kernel or a forged
+    answer), else []: the judges of labs whose drivers measure share it."""
+    if isinstance(out, dict) and all(k in out for k in keys):
+        return []
+    got = type(out).__name__ if not isinstance(out, dict) else f"a dict with keys {sorted(map(str, out))}"
+    return [
+        Comparison.plain(
+            "result",
+            False,
+            "the check's driver did not return its measurements: rerun the cell",
+            expected=f"a dict with keys {list(keys)}",
+            got=got,
+        )
+    ]

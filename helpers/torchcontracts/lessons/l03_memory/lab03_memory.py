@@ -25,6 +25,7 @@ from torch import nn
 
 from torchcontracts.lessons.l03_memory.alloc_viz import replay
 from torchcontracts.checks import Case, Check, Comparison, LabSpec, Task, compare, short
+from torchcontracts.checks.comparison import not_a_result as _not_a_result
 from torchcontracts.lessons.l03_memory.memory import SavedTensorMeter, held_bytes, live_tensor_bytes
 
 __all__ = [
@@ -120,22 +121,6 @@ def measure_step(fn: Callable[..., Any], case: Case) -> dict[str, Any]:
         "loss": loss.detach().reshape(()),
         "grads": grads,
     }
-
-
-def _not_a_result(out: Any, keys: Sequence[str]) -> list[Comparison]:
-    """A failing row when ``out`` is not the driver's dict (a disturbed kernel or a forged answer), else []."""
-    if isinstance(out, dict) and all(k in out for k in keys):
-        return []
-    got = type(out).__name__ if not isinstance(out, dict) else f"a dict with keys {sorted(map(str, out))}"
-    return [
-        Comparison.plain(
-            "result",
-            False,
-            "the check's driver did not return its measurements: rerun the cell",
-            expected=f"a dict with keys {list(keys)}",
-            got=got,
-        )
-    ]
 
 
 def _count(v: Any) -> int | None:

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import math
 import statistics
-from typing import Any, Sequence
+from typing import Any
 
 from torchcontracts.checks import Case, Comparison
+from torchcontracts.checks.comparison import not_a_result as _not_a_result
 from torchcontracts.lessons.l04_async.workloads import first_unless_the_retry_passes
 
 __all__ = ["SAMPLE_MIN_S", "judge_bench", "judge_speedup"]
@@ -27,21 +28,6 @@ def _num(v: Any) -> float:
     except (TypeError, ValueError, RuntimeError, OverflowError):
         return math.nan
     return x
-
-
-def _not_a_result(out: Any, keys: Sequence[str]) -> list[Comparison]:
-    if isinstance(out, dict) and all(k in out for k in keys):
-        return []
-    got = type(out).__name__ if not isinstance(out, dict) else f"a dict with keys {sorted(map(str, out))}"
-    return [
-        Comparison.plain(
-            "result",
-            False,
-            "the check's driver did not return its measurements: rerun the cell",
-            expected=f"a dict with keys {list(keys)}",
-            got=got,
-        )
-    ]
 
 
 def _row(name: str, ok: bool, good: str, bad: str, **kw: Any) -> Comparison:

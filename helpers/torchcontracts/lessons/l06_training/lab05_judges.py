@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from torchcontracts.checks import Case, Comparison, compare, short
+from torchcontracts.checks.comparison import not_a_result as _not_a_result
 from torchcontracts.lessons.l06_training.lab05_parts import HIDDEN, IN, TRACE, train_plain
 from torchcontracts.lessons.l06_training.training import first_difference
 
@@ -32,22 +33,6 @@ def make_mlp(weights: Sequence[torch.Tensor] | None = None, seed: int = 0) -> nn
             for p, w in zip(model.state_dict().values(), weights):
                 p.copy_(w)
     return model
-
-
-def _not_a_result(out: Any, keys: Sequence[str]) -> list[Comparison]:
-    """A failing row when ``out`` is not the driver's dict (a disturbed kernel or a forged answer), else []."""
-    if isinstance(out, dict) and all(k in out for k in keys):
-        return []
-    got = type(out).__name__ if not isinstance(out, dict) else f"a dict with keys {sorted(map(str, out))}"
-    return [
-        Comparison.plain(
-            "result",
-            False,
-            "the check's driver did not return its measurements: rerun the cell",
-            expected=f"a dict with keys {list(keys)}",
-            got=got,
-        )
-    ]
 
 
 def _tensors(x: Any) -> list[torch.Tensor] | None:

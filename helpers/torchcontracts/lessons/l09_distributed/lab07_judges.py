@@ -18,6 +18,7 @@ from torch import nn
 from torch.utils.data.distributed import DistributedSampler
 
 from torchcontracts.checks import Case, Comparison, compare, short
+from torchcontracts.checks.comparison import not_a_result as _not_a_result
 
 __all__ = [
     "IN",
@@ -50,22 +51,6 @@ def reference_grads(weights: Sequence[torch.Tensor], x: torch.Tensor, y: torch.T
     model = make_model(weights)
     F.mse_loss(model(x), y).backward()
     return [p.grad.detach().clone() for p in model.parameters()]
-
-
-def _not_a_result(out: Any, keys: Sequence[str]) -> list[Comparison]:
-    """A failing row when ``out`` is not the driver's dict (a disturbed kernel or a forged answer), else []."""
-    if isinstance(out, dict) and all(k in out for k in keys):
-        return []
-    got = type(out).__name__ if not isinstance(out, dict) else f"a dict with keys {sorted(map(str, out))}"
-    return [
-        Comparison.plain(
-            "result",
-            False,
-            "the check's driver did not return its measurements: rerun the cell",
-            expected=f"a dict with keys {list(keys)}",
-            got=got,
-        )
-    ]
 
 
 def _grad_list(value: Any, n: int) -> list[torch.Tensor] | None:
