@@ -109,6 +109,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="write the course's cached CPU ledger (the package's data/ledger_cpu.csv and .json) instead of --out",
     )
+    p.add_argument(
+        "--compare",
+        nargs=2,
+        metavar=("A.csv", "B.csv"),
+        help="run nothing: print the claims whose verdict or evidence differs between two ledgers",
+    )
     p.set_defaults(func=_ledger)
     p = sub.add_parser("record", help="on a GPU: run every lesson and GPU comparison on CUDA, write the GPU record")
     p.add_argument("--out", help="where to write the record (default: the package's data/gpu_record.json)")

@@ -113,6 +113,12 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
         action="store_true",
         help=f"write the course's cached CPU ledger (data/{CACHE_CSV} and its .json) instead of --out",
     )
+    p.add_argument(
+        "--compare",
+        nargs=2,
+        metavar=("A.csv", "B.csv"),
+        help="run nothing: print the claims whose verdict or evidence differs between two ledgers",
+    )
     return p
 
 
@@ -145,6 +151,10 @@ def _write_cache_meta(path: Path, times: dict[str, float], covered: int, only: S
 
 def run(args: argparse.Namespace, notebooks: Sequence[Path] | None = None) -> int:
     """``torchcontracts ledger``: execute the lessons, write the CSV, say what happened in one line."""
+    if getattr(args, "compare", None):
+        from torchcontracts.publish.ledger_compare import run_compare
+
+        return run_compare(Path(args.compare[0]), Path(args.compare[1]))
     if notebooks is None:
         from torchcontracts.labs.format import find_root
 
