@@ -18,9 +18,8 @@ from typing import Any, Callable
 import pytest
 import torch
 
-from conftest import ROOT, solution_functions
+from conftest import ROOT
 from lab_support import _reference_outputs, _spec
-from torchcontracts.checks import Check
 from torchcontracts.course import lab_ids
 
 pytestmark = pytest.mark.slow  # executes notebooks, grades whole submissions or drives a browser

@@ -47,7 +47,7 @@ __all__ = [
     "hidden_check_sources",
     "find_root",
     "reference_submission",
-]  # LabCell, LabFormatError, graded_cells, hidden_check_sources, find_root: from labformat
+]  # LabCell, LabFormatError, graded_cells, hidden_check_sources, find_root: from labs.format
 
 
 def _stub(source: str, message: str, where: str) -> str:

@@ -16,9 +16,25 @@ import re
 from pathlib import Path
 from typing import Any, Mapping
 
-__all__ = ["BEGIN_HIDDEN", "BEGIN_SOLUTION", "END_HIDDEN", "END_SOLUTION", "META", "ROLE_HIDDEN", "ROLE_SOLUTION",
-           "CourseCell", "LabCell", "LabFormatError", "cell_meta", "course_cells", "find_root", "graded_cells",
-           "hidden_check_cells", "hidden_check_sources", "notebook_lab"]
+__all__ = [
+    "BEGIN_HIDDEN",
+    "BEGIN_SOLUTION",
+    "END_HIDDEN",
+    "END_SOLUTION",
+    "META",
+    "ROLE_HIDDEN",
+    "ROLE_SOLUTION",
+    "CourseCell",
+    "LabCell",
+    "LabFormatError",
+    "cell_meta",
+    "course_cells",
+    "find_root",
+    "graded_cells",
+    "hidden_check_cells",
+    "hidden_check_sources",
+    "notebook_lab",
+]
 
 META = "torchcontracts"  # the metadata key of notebooks and cells
 ROLE_SOLUTION, ROLE_HIDDEN = "solution", "hidden-check"
@@ -26,8 +42,10 @@ BEGIN_SOLUTION, END_SOLUTION = "### BEGIN SOLUTION", "### END SOLUTION"
 BEGIN_HIDDEN, END_HIDDEN = "### BEGIN HIDDEN CHECKS", "### END HIDDEN CHECKS"
 # A hidden cell that imports `lab` would register its checks on the module's object, which the
 # grader never reads: it must use the `lab` it is given (the notebook's, or the grader's copy).
-IMPORTS_LAB = re.compile(r"from\s+torchcontracts\.(?:labchecks|lessons)\S*\s+import\s*(?:\([^)]*|[^\n(]*)\blab\b(?!\w)"
-                         r"|\w+\.lab\.add_hidden")
+IMPORTS_LAB = re.compile(
+    r"from\s+torchcontracts\.(?:labchecks|lessons)\S*\s+import\s*(?:\([^)]*|[^\n(]*)\blab\b(?!\w)"
+    r"|\w+\.lab\.add_hidden"
+)
 
 
 class LabFormatError(ValueError):
@@ -64,7 +82,9 @@ def find_root(start: Path | None = None) -> Path:
     for folder in (here, *here.parents):
         if (folder / "labs").is_dir() or (folder / "solutions").is_dir():
             return folder
-    raise FileNotFoundError("no course folder found here: run this from the course root (it holds labs/ and solutions/)")
+    raise FileNotFoundError(
+        "no course folder found here: run this from the course root (it holds labs/ and solutions/)"
+    )
 
 
 def graded_cells(nb: Any) -> dict[str, LabCell]:
