@@ -73,16 +73,22 @@ _OLD_PACKAGES = {"labchecks", "exercises"}  # removed packages: their submodules
 class _AliasLoader(importlib.abc.Loader):
     def __init__(self, new: str | None) -> None:
         self.new = new
+        self.own_spec: importlib.machinery.ModuleSpec | None = None
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
         if self.new is None:  # an old package: an empty one, so its submodules can be found
             module = types.ModuleType(spec.name, "moved: see torchcontracts._moved")
             module.__path__ = []
             return module
-        return importlib.import_module(self.new)
+        module = importlib.import_module(self.new)
+        self.own_spec = module.__spec__
+        return module
 
     def exec_module(self, module: types.ModuleType) -> None:
-        pass
+        # importlib has just set ``__spec__`` to the alias's spec on the shared module object; give the module
+        # back its own (the new name, its real loader), or reloading or inspecting it would see the old name
+        if self.new is not None:
+            module.__spec__ = self.own_spec
 
 
 class _MovedFinder(importlib.abc.MetaPathFinder):

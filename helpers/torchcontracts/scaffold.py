@@ -137,8 +137,13 @@ EXERCISES = exercises_by_id(
 
 
 def _notebook(number: str, title: str, package: str) -> str:
-    import nbformat
-    from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+    from torchcontracts.core.nbio import nbformat
+
+    new_code_cell, new_markdown_cell, new_notebook = (
+        nbformat.v4.new_code_cell,
+        nbformat.v4.new_markdown_cell,
+        nbformat.v4.new_notebook,
+    )
 
     nb = new_notebook(
         cells=[

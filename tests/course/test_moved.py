@@ -16,7 +16,9 @@ from torchcontracts._moved import MOVED
 
 @pytest.mark.parametrize("old", sorted(MOVED))
 def test_an_old_path_is_the_new_module(old):
-    assert importlib.import_module(f"torchcontracts.{old}") is importlib.import_module(f"torchcontracts.{MOVED[old]}")
+    new = importlib.import_module(f"torchcontracts.{MOVED[old]}")
+    assert importlib.import_module(f"torchcontracts.{old}") is new
+    assert new.__spec__.name == new.__name__ == f"torchcontracts.{MOVED[old]}", "the alias must not rename the module"
 
 
 def test_an_old_lab_notebooks_setup_line_still_imports_in_a_fresh_interpreter():
