@@ -176,19 +176,6 @@ def _append_row(course_py: str, row: str) -> str:
     return course_py[: end + 1] + row + course_py[end + 1 :]
 
 
-def _readme_row(number: str, slug: str, title: str) -> str:
-    return f"| {number} | [{title}](notebooks/{number}_{slug}.ipynb) | - | {MINUTES} min | all | nothing |"
-
-
-def _append_readme_row(readme: str, row: str) -> str:
-    """The README with ``row`` after the last row of its course map (unchanged if it has none)."""
-    rows = list(re.finditer(r"^\| \d\d \| \[.*\|$", readme, re.M))
-    if not rows:
-        return readme
-    end = rows[-1].end()
-    return readme[:end] + "\n" + row + readme[end:]
-
-
 def new_lesson(root: Path, number: str, slug: str, title: str) -> list[Path]:
     """Scaffold lesson ``number`` in the course at ``root``; return the files written or changed.
 
@@ -229,9 +216,15 @@ def new_lesson(root: Path, number: str, slug: str, title: str) -> list[Path]:
     course_py.write_text(manifest, encoding="utf-8")
     written = [pkg_dir / "__init__.py", pkg_dir / "tryit.py", notebook, course_py]
     readme = root / "README.md"
-    if readme.is_file():
+    if readme.is_file():  # the course map, made by the one generator, with the new row the manifest now has
+        from torchcontracts.publish.course_map import readme_with_map
+
         text = readme.read_text(encoding="utf-8")
-        new = _append_readme_row(text, _readme_row(number, slug, title))
+        lessons = [*course.lessons(), course.Lesson(number, slug, title, package)]
+        try:
+            new = readme_with_map(text, root, lessons)
+        except ValueError:  # a README without the map's markers is left as it is
+            new = text
         if new != text:
             readme.write_text(new, encoding="utf-8")
             written.append(readme)

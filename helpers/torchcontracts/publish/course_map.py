@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Sequence
 
 from torchcontracts.course import Lesson, header_minutes, lessons
 
@@ -48,23 +49,23 @@ def _time_cell(root: Path, les: Lesson) -> str:
     return text
 
 
-def course_map(root: Path) -> str:
-    """The course map as a markdown table, one row per lesson of the manifest."""
+def course_map(root: Path, rows: Sequence[Lesson] | None = None) -> str:
+    """The course map as a markdown table, one row per lesson of the manifest (or of ``rows``, e.g. with a row not written yet)."""
     rows = [
         f"| {les.number} | [{les.title}]({les.notebook}) | {_lab_cell(les)} | {_time_cell(root, les)} | {les.cpu} | "
         f"{les.cuda} |"
-        for les in lessons()
+        for les in (lessons() if rows is None else rows)
     ]
     return "\n".join([HEAD, *rows])
 
 
-def readme_with_map(readme: str, root: Path) -> str:
+def readme_with_map(readme: str, root: Path, rows: Sequence[Lesson] | None = None) -> str:
     """The README text with the map between its markers; ValueError when the markers are missing."""
     if BEGIN not in readme or END not in readme:
         raise ValueError(f"the README has no course-map markers ({BEGIN} ... {END})")
     head, rest = readme.split(BEGIN, 1)
     _, tail = rest.split(END, 1)
-    return f"{head}{BEGIN}\n{course_map(root)}\n{END}{tail}"
+    return f"{head}{BEGIN}\n{course_map(root, rows)}\n{END}{tail}"
 
 
 def run(args: argparse.Namespace) -> int:
