@@ -1,6 +1,7 @@
 """Benchmark the grader against otter-grader (a script, not a test): it prints a table and asserts nothing.
 
     python benchmarks/bench_grade.py [--n 40] [--repeats 5] [--skip-otter] [--otter-batch] [--json OUT]
+                                     [--labs all|none|LAB,LAB] [--lab-repeats 3] [--only-labs]
 
 What it measures (wall-clock seconds of whole commands, started from this script, cwd = course root):
 
@@ -18,11 +19,16 @@ What it measures (wall-clock seconds of whole commands, started from this script
    outside Docker: `otter run` over the n files one after another is measured with --otter-batch, else it is
    EXTRAPOLATED (median of part 1 times n) and labelled as such.
 
+3. every lab (``--labs all``, the default; ``--only-labs`` skips parts 1 and 2): the lab's reference submission,
+   graded ``--lab-repeats`` times in each sandbox mode, interleaved: median, min and max wall seconds and the score.
+
 Goals are reported as "met" / "not met"; nothing fails. The machine's load average is printed with the
 figures: on a shared machine they are noisy. Otter runs from a throwaway venv that sees torch:
 
     python3 -m venv --system-site-packages /tmp/otter-venv
     /tmp/otter-venv/bin/pip install "otter-grader[grading]==7.0.*"
+    # where torch and the course are not in that Python's site-packages (a venv of their own), point at them:
+    printf '%s\n' "$VENV/lib/python3.11/site-packages" "$PWD/helpers" > /tmp/otter-venv/lib/python3.11/site-packages/zz.pth
 
 (its notebook kernel must import otter, so the script points the `python3` kernelspec at that venv's python
 through JUPYTER_PATH, for the otter commands only). Otter is never a dependency of the project.
@@ -100,8 +106,10 @@ def _fmt(x: float | None, spec: str = ".2f") -> str:
 # ---------------------------------------------------------------------------------------------- ours
 
 
-def _ours_one(sub: Path, mode: str) -> tuple[float, dict[str, Any]]:
-    wall, proc = _timed([sys.executable, "-m", "torchcontracts", "grade", str(sub), "--sandbox", mode, "--json"], ROOT)
+def _ours_one(sub: Path, mode: str, lab: str = LAB) -> tuple[float, dict[str, Any]]:
+    wall, proc = _timed(
+        [sys.executable, "-m", "torchcontracts", "grade", str(sub), "--lab", lab, "--sandbox", mode, "--json"], ROOT
+    )
     info: dict[str, Any] = {"rc": proc.returncode}
     try:
         data = json.loads(proc.stdout)
@@ -267,6 +275,48 @@ class Otter:
         return wall, info
 
 
+# ---------------------------------------------------------------------------------------------- every lab
+
+
+def bench_labs(work: Path, labs: list[str], repeats: int) -> dict[str, Any]:
+    """Part 3: each lab's reference submission, graded `repeats` times in each sandbox mode, interleaved."""
+    from torchcontracts.labs.build import reference_submission
+
+    res: dict[str, Any] = {}
+    for lab in labs:
+        sub = work / f"{lab}.ipynb"
+        sub.write_text(nbformat.writes(reference_submission(ROOT, lab)))
+        times: dict[str, list[float]] = {m: [] for m in MODES}
+        last: dict[str, dict[str, Any]] = {}
+        for i in range(repeats):
+            for mode in MODES:
+                wall, info = _ours_one(sub, mode, lab)
+                times[mode].append(wall)
+                last[mode] = info
+                print(
+                    f"  [labs {i + 1}/{repeats}] {lab:28s} {mode:5s} {wall:6.2f} s  score {info.get('score')}/"
+                    f"{info.get('max_score')}  rc {info['rc']}{'  ' + info['error'] if 'error' in info else ''}",
+                    flush=True,
+                )
+        res[lab] = {m: {**_stats(times[m]), "last": last[m]} for m in MODES}
+    return res
+
+
+def report_labs(labs: dict[str, Any], repeats: int) -> None:
+    w = 84
+    print()
+    print(f"EVERY LAB: its reference submission, end to end (median of {repeats} runs, seconds)")
+    print("-" * w)
+    print(f"{'lab':28s} {'mode':6s} {'median':>7s} {'min':>7s} {'max':>7s}  score")
+    for lab, by_mode in labs.items():
+        for mode in MODES:
+            r = by_mode[mode]
+            last = r["last"]
+            score = f"{last.get('score')}/{last.get('max_score')}" if "score" in last else "failed"
+            print(f"{lab:28s} {mode:6s} {_fmt(r['median']):>7s} {_fmt(r['min']):>7s} {_fmt(r['max']):>7s}  {score}")
+    print("=" * w)
+
+
 # ---------------------------------------------------------------------------------------------- main
 
 
@@ -321,6 +371,13 @@ def report(
 ) -> dict[str, Any]:
     figures: dict[str, Any] = {"one": one, "goals": {}}
     otter_med = one.get("otter", {}).get("median")
+    otter_last = one.get("otter", {}).get("last", {})
+    if otter_med and otter_last.get("score") != otter_last.get("max_score"):  # a broken otter run is fast: no ratio
+        print(
+            f"otter's reference run scored {otter_last.get('score')}/{otter_last.get('max_score')}: its venv cannot run"
+        )
+        print("the notebook (does it see torch and torchcontracts?); no ratio is computed from it")
+        otter_med = None
     w = 84
     print()
     print("=" * w)
@@ -420,7 +477,17 @@ def main() -> None:
     )
     p.add_argument("--otter-venv", type=Path, default=Path("/tmp/otter-venv"), help="venv holding otter-grader")
     p.add_argument("--json", type=Path, metavar="OUT", help="write the figures as JSON to OUT")
+    p.add_argument(
+        "--labs",
+        default="all",
+        help="part 3: labs whose reference is graded, comma-separated, 'all' (default) or 'none'",
+    )
+    p.add_argument("--lab-repeats", type=int, default=3, help="runs per lab and mode in part 3 (default 3)")
+    p.add_argument("--only-labs", action="store_true", help="run part 3 only (no otter, no folder)")
     args = p.parse_args()
+    from torchcontracts.course import lab_ids
+
+    labs = lab_ids() if args.labs == "all" else [] if args.labs == "none" else args.labs.split(",")
     if not Path("/usr/bin/bwrap").exists() and not shutil.which("bwrap"):
         print("note: bwrap not found; the --sandbox bwrap runs will fail and say so")
     work = Path(tempfile.mkdtemp(prefix="bench-grade-"))
@@ -447,16 +514,23 @@ def main() -> None:
     try:
         sub = work / "one.ipynb"
         sub.write_text(nbformat.writes(_solution_submission()))
-        otter = None if args.skip_otter else Otter(args.otter_venv, work)
-        if otter:
-            print(f"otter-grader {otter.version}{': ' + otter.error if otter.error else ''}", flush=True)
-            env["otter"] = otter.version
-        live = otter if otter and not otter.error else None
-        one = bench_one(sub, args.repeats, live)
-        folder = None if args.skip_folder else bench_folder(work, sub, args.n, live, args.otter_batch)
+        figures: dict[str, Any] = {}
+        if not args.only_labs:
+            otter = None if args.skip_otter else Otter(args.otter_venv, work)
+            if otter:
+                print(f"otter-grader {otter.version}{': ' + otter.error if otter.error else ''}", flush=True)
+                env["otter"] = otter.version
+            live = otter if otter and not otter.error else None
+            one = bench_one(sub, args.repeats, live)
+            folder = None if args.skip_folder else bench_folder(work, sub, args.n, live, args.otter_batch)
+        every = bench_labs(work, labs, args.lab_repeats) if labs else None
         load1 = os.getloadavg()
         env["loadavg_end"] = load1
-        figures = report(one, folder, args.n, args.repeats, otter)
+        if not args.only_labs:
+            figures = report(one, folder, args.n, args.repeats, otter)
+        if every is not None:
+            report_labs(every, args.lab_repeats)
+            figures["labs"] = every
         print(
             f"load average at the end: {load1[0]:.1f} {load1[1]:.1f} {load1[2]:.1f} "
             f"(on {env['cpus']} CPUs; a load above the CPU count inflates every figure)"

@@ -49,6 +49,10 @@ SAME_DEFENCE_IN_BOTH_MODES = frozenset(
         "huge_answer",
         "checks_edited_deleted",
         "renamed_and_deleted",
+        "forge_earlier_record",
+        "forge_other_check_record",
+        "replace_earlier_record",
+        "gc_replace_record",
     }
 )
 

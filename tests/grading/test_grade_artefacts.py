@@ -1,10 +1,12 @@
 """The artefact sandbox (grading.artefacts): hostile files are judged without being trusted.
 
 * an artefact that claims parity but was exported from another model (other weights) fails;
-* an ONNX file whose external data points at a grader file is refused, and a `.pt2` whose pickle
-  payload runs at load time can neither read the grader's files, nor reach the network, nor write
-  outside its folder, nor run as root, nor outlive its timeout;
-* whatever happens, the caller gets a one-line reason, never an exception.
+* an ONNX file whose external data points at a grader file is refused, and so is a `.pt2` whose pickle
+  payload would run at load time (the runner unpickles weights-only); code that ran in the artefact sandbox
+  anyway could neither read the grader's files, nor reach the network, nor write outside its folder, nor
+  run as root; a file that never finishes is killed at its timeout;
+* whatever happens, the caller gets a one-line reason, never an exception;
+* no artefact job outlasts the submission's --timeout.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import time
 import zipfile
 from pathlib import Path
 
@@ -25,6 +28,7 @@ from torch.export import Dim
 from torchcontracts.grading import artefacts
 from torchcontracts.grading.artefacts import evaluate
 from torchcontracts.lessons.l08_deploy import lab06_deployment as L
+from torchcontracts.lessons.l08_deploy.lab06_models import judging_inputs
 
 pytestmark = pytest.mark.slow  # grades exported artefacts in a sandbox
 
@@ -72,6 +76,55 @@ def test_an_onnx_file_from_other_weights_fails_the_parity_task():
     rows = L.judge_onnx(case, {"onnx": proto.SerializeToString()})
     parity = [r for r in rows if r.name.startswith("batch")]
     assert parity and not any(r.ok for r in parity), [r.line() for r in rows]
+
+
+# --- the judging inputs: drawn by the judge from the file, never shipped to the kernel ---------------------
+
+
+class _LookupNet(nn.Module):
+    """A t1 forgery: the branch fixed at export (never halves), plus a lookup that returns the right output
+    for one batch the learner expects to be judged on."""
+
+    def __init__(self, state: dict, expected: torch.Tensor, answer: torch.Tensor):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(16, 32), nn.Linear(32, 8)
+        self.register_buffer("offset", state["offset"].clone())
+        self.load_state_dict({k: v for k, v in state.items()})
+        self.register_buffer("expected", expected.clone())
+        self.register_buffer("answer", answer.clone())
+
+    def forward(self, x):
+        calm = self.fc2(torch.relu(self.fc1(x))) + self.offset
+        return torch.where((x == self.expected).all(), self.answer, calm)
+
+
+def test_an_artefact_that_special_cases_the_inputs_it_expects_fails_on_the_judges_own(tmp_path):
+    """Issue 24: the exact batches were shipped with the job, so a file could special-case them. The case now
+    holds a batch size, not batches; the judge draws its inputs from the file's bytes, after the file exists."""
+    seed, batch = 5, 8
+    case = L.fragile_case("t1 attack", seed, batch)
+    state, example, size = case.args
+    assert size == batch and all(not isinstance(a, list) for a in case.args)  # no batch of inputs in the case
+    model = L.make_fragile(state).eval()
+    g = torch.Generator().manual_seed(seed + 11)  # what the kernel could rebuild: the old cases' own draws
+    torch.randn(batch, 16, generator=g)
+    calm, hot = L.branch_inputs(model, g, batch)
+    with torch.no_grad():
+        forged = _LookupNet(state, hot, model(hot)).eval()
+        program = torch.export.export(forged, (example,))
+    blob = L.pt2_bytes(program)
+    on_expected = evaluate("pt2", blob, [hot, calm])
+    assert not on_expected.problem
+    assert torch.allclose(on_expected.outputs[0][0], model(hot), atol=1e-5)  # the forgery is right where it aimed
+    assert torch.allclose(on_expected.outputs[1][0], model(calm), atol=1e-5)
+    rows = L.judge_exportable(case, {"pt2": blob, "example_out": model(example).detach()})
+    hot_rows = [r for r in rows if r.name.startswith("h.mean() > 0.5")]
+    assert hot_rows and not any(r.ok for r in hot_rows), [r.line() for r in rows]
+    judged = judging_inputs("t1", case, blob)
+    assert not any(torch.equal(x, y) for x in judged for y in (calm, hot, example))
+    other = judging_inputs("t1", case, blob + b"\0")
+    assert all(torch.equal(a, b) for a, b in zip(judged, judging_inputs("t1", case, blob)))  # same file, same inputs
+    assert not any(torch.equal(a, b) for a, b in zip(judged, other))  # another file, other inputs
 
 
 # --- ONNX external data -----------------------------------------------------------------------------
@@ -132,6 +185,51 @@ def _hostile_pt2(code: str) -> bytes:
     return out.getvalue()
 
 
+def _slow_onnx(trips: int = 10**12) -> bytes:
+    """A valid ONNX model that never ends in practice: a Loop of ``trips`` additions (what a hostile file does
+    once no payload of its own can run)."""
+    body = helper.make_graph(
+        [
+            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+            helper.make_node("Add", ["acc_in", "acc_in"], ["acc_out"]),
+        ],
+        "body",
+        [
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("acc_in", TensorProto.FLOAT, None),
+        ],
+        [
+            helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("acc_out", TensorProto.FLOAT, None),
+        ],
+    )
+    nodes = [
+        helper.make_node("Constant", [], ["M"], value=helper.make_tensor("m", TensorProto.INT64, [], [trips])),
+        helper.make_node("Constant", [], ["c"], value=helper.make_tensor("t", TensorProto.BOOL, [], [True])),
+        helper.make_node("Loop", ["M", "c", "x"], ["y"], body=body),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "slow",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", 3])],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]).SerializeToString()
+
+
+def _huge_onnx() -> bytes:
+    """A valid ONNX model whose one Expand asks for 160 GB."""
+    shape = helper.make_tensor("s", TensorProto.INT64, [2], [200_000, 200_000])
+    graph = helper.make_graph(
+        [helper.make_node("Constant", [], ["s"], value=shape), helper.make_node("Expand", ["x", "s"], ["y"])],
+        "huge",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [200_000, 200_000])],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]).SerializeToString()
+
+
 def test_a_pickle_payload_in_a_pt2_runs_at_load_time_outside_a_sandbox_too(tmp_path):
     """The reason for the sandbox: torch.export.load itself runs the payload (here, in this process)."""
     marker = tmp_path / "ran"
@@ -141,14 +239,80 @@ def test_a_pickle_payload_in_a_pt2_runs_at_load_time_outside_a_sandbox_too(tmp_p
     assert marker.exists()
 
 
+def test_the_runner_refuses_a_pickle_payload_in_a_pt2_and_never_runs_it(tmp_path):
+    """A payload that ran in the runner could compute the outputs itself (or patch the runner): the .pt2 would be
+    judged on code, not on its exported program. The runner loads with weights-only unpickling only."""
+    code = (
+        "open('result.json', 'w').write(__import__('json').dumps({'error': 'PAYLOAD RAN'})); __import__('os')._exit(0)"
+    )
+    ev = evaluate("pt2", _hostile_pt2(code), [torch.randn(2, 3)])
+    assert "PAYLOAD RAN" not in ev.problem, ev.problem
+    assert "holds pickled Python objects (a weight or constant marked use_pickle)" in ev.problem, ev.problem
+    assert "\n" not in ev.problem and not ev.outputs
+
+
+def test_inside_the_runners_guard_no_unpickling_path_runs_code(tmp_path):
+    """Each way torch.export.load unpickles: torch.load(weights_only=False), pickle.loads, _pickle_load_obj."""
+    import pickle
+
+    from torchcontracts.grading.artefact_runner import PickledObject, _weights_only
+
+    marker = tmp_path / "ran"
+
+    class Payload:
+        def __reduce__(self):
+            return (exec, (f"open({str(marker)!r}, 'w').write('x')",))
+
+    buf = io.BytesIO()
+    torch.save(Payload(), buf)
+    plain = io.BytesIO()
+    torch.save({"w": torch.ones(2)}, plain)
+    refused: list[str] = []
+    with _weights_only(refused):
+        with pytest.raises(pickle.UnpicklingError):
+            torch.load(io.BytesIO(buf.getvalue()), weights_only=False)
+        assert torch.equal(torch.load(io.BytesIO(plain.getvalue()), weights_only=False)["w"], torch.ones(2))
+        with pytest.raises(PickledObject):
+            pickle.loads(pickle.dumps(Payload()))
+        if hasattr(torch._C, "_pickle_load_obj"):
+            with pytest.raises(PickledObject):
+                torch._C._pickle_load_obj(b"")
+    assert not marker.exists()
+    assert refused[:3] == ["a weight or constant marked use_pickle"] * 2 + ["an opaque Python object"], refused
+    assert torch.load is not None and pickle.loads(pickle.dumps(3)) == 3  # restored after the block
+
+
+def _in_the_artefact_sandbox(tmp_path: Path, code: str) -> dict:
+    """What ``code`` finds in the sandbox an artefact job gets (``bwrap_argv`` as ``artefacts._one_shot`` builds it,
+    the job's environment, limits and, as root, a uid of its own), standing in for a payload that found a way to
+    run: the second line of defence. ``code`` fills a dict ``found``."""
+    import subprocess
+    import sys
+
+    from torchcontracts.grading.sandbox import bwrap_argv
+
+    work = tmp_path / "job"
+    work.mkdir()
+    uid = artefacts.ARTEFACT_UID if os.geteuid() == 0 else -1
+    if uid >= 0:
+        os.chown(work, uid, uid)
+    drop = f"from torchcontracts.grading.procs import limit; limit(mem=2**32, fsize=2**28, nproc=256, uid={uid})\n"
+    script = drop.replace(f"uid={uid}", "uid=None") if uid < 0 else drop
+    script += "found = {}\n" + code + "\nprint('FOUND', repr(found))\n"
+    argv = [*bwrap_argv(work, artefacts._COURSE, drop_uid=uid >= 0), sys.executable, "-I", "-c", script]
+    proc = subprocess.run(argv, cwd=work, env=artefacts._env(work), capture_output=True, text=True, timeout=120)
+    line = next((x for x in proc.stdout.splitlines() if x.startswith("FOUND ")), None)
+    assert line, proc.stderr[-2000:]
+    return eval(line[len("FOUND ") :])  # noqa: S307 - our own test's dict
+
+
 @needs_bwrap
-def test_a_pickle_payload_cannot_read_grader_files_reach_the_network_or_write_outside(tmp_path):
+def test_code_in_the_artefact_sandbox_cannot_read_grader_files_reach_the_network_or_write_outside(tmp_path):
     secret = tmp_path / "gradebook.csv"
     secret.write_text("alice,14\n")
     marker = tmp_path / "planted"
     code = f"""
 import os, socket
-found = {{}}
 try:
     found['secret'] = open({str(secret)!r}).read()
 except Exception as err:
@@ -166,12 +330,8 @@ except Exception as err:
 found['uid'] = os.getuid()
 found['solutions'] = os.path.exists({str(Path(L.__file__).resolve().parents[4] / "solutions")!r}) and \
     bool(os.listdir({str(Path(L.__file__).resolve().parents[4] / "solutions")!r}))
-open('result.json', 'w').write(__import__('json').dumps({{'error': 'FOUND ' + repr(found)}}))  # its own folder
-os._exit(0)
 """
-    ev = evaluate("pt2", _hostile_pt2(code), [torch.randn(2, 3)])
-    assert "FOUND" in ev.problem, ev.problem
-    found = eval(ev.problem[ev.problem.index("{") : ev.problem.rindex("}") + 1])  # noqa: S307 - our own test's dict
+    found = _in_the_artefact_sandbox(tmp_path, code)
     assert found["secret"] in ("FileNotFoundError", "PermissionError"), found
     assert found["net"] != "connected" and found["write"] != "wrote" and not found["solutions"], found
     assert not marker.exists()
@@ -179,18 +339,48 @@ os._exit(0)
         assert found["uid"] != 0, found
 
 
-def test_a_payload_that_never_returns_is_killed_at_the_timeout():
-    ev = evaluate("pt2", _hostile_pt2("while True: pass"), [torch.randn(2, 3)], timeout=8)
+@needs_bwrap
+def test_a_job_whose_uid_has_no_passwd_entry_can_still_ask_for_its_user_name(tmp_path):
+    """torch 2.11's torch.export.load asks getpass.getuser() for a cache folder; the job's uid has no passwd entry.
+
+    Without USER/LOGNAME in the sandbox's environment getpass falls back to pwd and raises
+    KeyError('getpwuid(): uid not found'), which failed every correct lab 06 artefact on 2.11.
+    """
+    code = """
+import getpass, os
+found['uid'] = os.getuid()
+for name, call in (('getuser', getpass.getuser),
+                   ('cache', lambda: __import__('torch._inductor.runtime.cache_dir_utils',
+                                                fromlist=['x']).default_cache_dir())):
+    try:
+        found[name] = call()
+    except Exception as err:
+        found[name] = 'RAISED ' + type(err).__name__ + ': ' + str(err)
+"""
+    found = _in_the_artefact_sandbox(tmp_path, code)
+    assert not str(found["getuser"]).startswith("RAISED") and not str(found["cache"]).startswith("RAISED"), found
+    if os.geteuid() == 0:  # the case that broke: a uid of its own, with no passwd line
+        import pwd
+
+        assert found["uid"] != 0, found
+        with pytest.raises(KeyError):
+            pwd.getpwuid(found["uid"])
+
+
+def test_a_file_that_never_finishes_is_killed_at_the_timeout():
+    ev = evaluate("onnx", _slow_onnx(), [torch.randn(2, 3)], timeout=8)
     assert "did not finish within 8 s" in ev.problem, ev.problem
 
 
-def test_a_payload_that_kills_its_process_gives_a_one_line_reason():
-    ev = evaluate("pt2", _hostile_pt2("import os; os._exit(3)"), [torch.randn(2, 3)])
-    assert ev.problem and "\n" not in ev.problem and not ev.outputs, ev.problem
+def test_a_file_that_exhausts_its_memory_gives_a_one_line_reason():
+    ev = evaluate("onnx", _huge_onnx(), [torch.randn(1, 1)], mem_mb=1024)
+    reasons = [ev.problem] if ev.problem else list(ev.errors)
+    assert reasons and all(r and "\n" not in r for r in reasons) and not any(ev.outputs), ev
+    assert any("Expand" in r or "memory" in r for r in reasons), reasons  # it ran, and its allocation failed
 
 
-def test_the_server_survives_a_hostile_job_and_judges_the_next_file():
-    evaluate("pt2", _hostile_pt2("import os; os._exit(3)"), [torch.randn(3, 3)])
+def test_the_server_survives_a_job_killed_at_its_timeout_and_judges_the_next_file():
+    evaluate("onnx", _slow_onnx(), [torch.randn(3, 3)], timeout=4)
     model = _Lin()
     x = torch.randn(4, 3)
     ev = evaluate("pt2", _pt2(model, torch.randn(2, 3)), [x])
@@ -253,3 +443,45 @@ def test_the_grader_scores_zero_for_an_onnx_file_from_another_model(tmp_path):
     ]
     t3 = next(t for t in result.tasks if t.id == "t3")
     assert "values differ" in t3.reason, t3.reason
+
+
+# --- the submission's --timeout bounds artefact judging too -------------------------------------------
+
+
+def test_a_slow_artefact_is_cut_at_the_submissions_deadline_not_at_its_own_timeout():
+    t0 = time.monotonic()
+    with artefacts.judging_deadline(t0 + 6):
+        ev = evaluate("onnx", _slow_onnx(), [torch.randn(2, 3)], timeout=90)
+    took = time.monotonic() - t0
+    assert "did not finish within" in ev.problem and took < 30, (ev.problem, took)
+
+
+def test_no_artefact_runs_once_the_submissions_deadline_has_passed():
+    t0 = time.monotonic()
+    with artefacts.judging_deadline(t0 - 1):
+        ev = evaluate("pt2", _pt2(_Lin(), torch.randn(2, 3)), [torch.randn(4, 3)])
+    assert "time limit" in ev.problem and not ev.outputs and time.monotonic() - t0 < 1, ev.problem
+    ev = evaluate("pt2", _pt2(_Lin(), torch.randn(2, 3)), [torch.randn(4, 3)])  # no deadline: judged (not cached)
+    assert not ev.problem, ev.problem
+
+
+def test_the_grader_judges_every_answer_under_the_submissions_deadline(tmp_path, monkeypatch):
+    import nbformat
+
+    from torchcontracts.grading import run
+    from torchcontracts.labs.build import reference_submission
+
+    seen: list[float | None] = []
+    real = run.judge
+
+    def spy(*args, **kw):
+        seen.append(artefacts._DEADLINE.get())
+        return real(*args, **kw)
+
+    monkeypatch.setattr(run, "judge", spy)
+    root = Path(L.__file__).resolve().parents[4]
+    path = tmp_path / "ref.ipynb"
+    nbformat.write(reference_submission(root, "lab01_strides"), path)
+    t0 = time.monotonic()
+    run.grade_file(path, run.GradeOptions(course=root, lab="lab01_strides", total_timeout=123, sandbox="none"))
+    assert seen and all(d is not None and t0 < d <= t0 + 123 + 1 for d in seen), (seen, t0)

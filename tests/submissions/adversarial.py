@@ -426,6 +426,112 @@ signal.signal(signal.SIGALRM, _fix)
 signal.setitimer(signal.ITIMER_REAL, 0.00005, 0.00005)
 """
 
+# Records made where the learner's code runs: the driver's list of (name, bytes) is reachable from the learner's
+# own call by walking frames. Before the fix the grader kept the last record of a name, took any name a step sealed,
+# and let a gc callback (gc.set_threshold(1): one runs on nearly every allocation) rewrite a record between its
+# return and the seal. The t1 function returns wrong strides, and:
+# FORGE_EARLIER adds, in the call for case n, a second record for case n - 1 (the right strides) under its name;
+# FORGE_OTHER seals a record for a check this step does not run;
+# REPLACE_EARLIER swaps, in the call for case n, case n - 1's record for the right strides (same name, no duplicate);
+# GC_REPLACE swaps the newest record for the right one from a gc callback, whenever one runs.
+# Each record is now accepted once, from the step that asked for it, and must match the digest the driver kept as it
+# took each one (a local of the driver's frame, which frame walking can read but not rebind); from a return to the
+# next call or the seal gc is off. All four are tampering: every task scores 0.
+FORGE_RECORD = """
+import gc, io, sys, torch
+
+def _drive_frame(depth):
+    f = sys._getframe(depth)
+    while f is not None and f.f_code.co_name != "drive":
+        f = f.f_back
+    return f
+
+def _right(args):
+    buf = io.BytesIO()
+    torch.save({{"args": args, "out": tuple(torch.empty(args[0]).stride())}}, buf)
+    return buf.getvalue()
+
+def _forge(f):
+    blobs, cases, n, job = (f.f_locals.get(k) for k in ("blobs", "cases", "n", "job"))
+    if type(blobs) is list and type(n) is int and {cond}:
+        {action}
+
+def _on_gc(phase, info):
+    f = _drive_frame(1)
+    if f is not None and phase == "stop":
+        _forge(f)
+
+def contiguous_strides(shape):
+    f = _drive_frame(2)
+    if f is not None and {in_call}:
+        _forge(f)
+    return tuple(1 for _ in shape)   # wrong: every stride 1
+
+if {gc}:
+    gc.callbacks.append(_on_gc)
+    gc.set_threshold(1)
+"""
+_EARLIER = "(blobs[-1][0], _right(tuple(cases[n - 1][1])))"
+FORGE_EARLIER = FORGE_RECORD.format(
+    cond="n > 0 and len(blobs) > 0", action=f"blobs.append({_EARLIER})", in_call=True, gc=False
+)
+FORGE_OTHER = FORGE_RECORD.format(
+    cond="n == 0",
+    action="blobs.append((f\"{job['check'] + 50}-0.pt\", _right((tuple(cases[0][1][0]),))))",
+    in_call=True,
+    gc=False,
+)
+REPLACE_EARLIER = FORGE_RECORD.format(
+    cond="n > 0 and len(blobs) > 0", action=f"blobs[-1] = {_EARLIER}", in_call=True, gc=False
+)
+GC_REPLACE = FORGE_RECORD.format(
+    cond="len(blobs) > 0 and blobs[-1][0].endswith('.pt')",
+    action="blobs[-1] = (blobs[-1][0], _right(tuple(cases[int(blobs[-1][0].split('-')[1][:-3])][1])))",
+    in_call=False,
+    gc=True,
+)
+
+# The seal protocol's token is readable from the driver's frame. PLANT_SEAL writes, in its first call (t1's public
+# step), a sealed file of its own under that token (the right strides for every case, the fingerprints as they are), then
+# stops the kernel and itself from a fork, so that the grader finds "every process stopped" and takes the planted
+# file. Before the fix the grader kept the first file it took and ignored the driver's own, which then left the kernel
+# stopped until the step timed out (t1: 0, "timed out after 30 s"; the other tasks full marks). Now a second sealed
+# file under one token is tampering, found at once, and the submission is resumed.
+PLANT_SEAL = """
+import base64, io, os, signal, sys, time, torch
+from torchcontracts.grading import driver, protocol, watch
+
+_planted = set()
+
+def contiguous_strides(shape):
+    f = sys._getframe(1)
+    while f is not None and f.f_code.co_name != "drive":
+        f = f.f_back
+    spec = f.f_locals.get("spec") if f is not None else None
+    if type(spec) is dict and not _planted:  # the first step that calls it: t1's public checks
+        _planted.add(spec["token"])
+        blobs = []
+        for job in spec["jobs"]:
+            cases = torch.load(io.BytesIO(base64.b64decode(job["cases"])), weights_only=True)
+            for n, (label, args) in enumerate(cases):
+                buf = io.BytesIO()
+                torch.save({"args": args, "out": tuple(torch.empty(tuple(args[0])).stride())}, buf)
+                blobs.append((protocol.case_file(job["check"], n), buf.getvalue()))
+        data = protocol.pack_sealed({"notes": [], "snapshot": watch.fingerprints(driver._watched())}, blobs)
+        final = os.path.join(driver._STATE["io"], protocol.sealed_name(spec["token"]))
+        with open(final + ".x", "wb") as fh:
+            fh.write(data)
+        pid = os.fork()
+        if pid == 0:
+            os.kill(os.getppid(), signal.SIGSTOP)
+            time.sleep(0.2)
+            os.rename(final + ".x", final)
+            os.kill(os.getpid(), signal.SIGSTOP)
+            os._exit(0)
+        os.waitpid(pid, 0)
+    return tuple(1 for _ in shape)   # wrong: every stride 1
+"""
+
 LEAK_BY_CLASS_NAME_WRAPPER = """
 _reference_is_contiguous = is_contiguous
 
@@ -452,6 +558,7 @@ THREAD = (
     "a thread it started was still running when the answers were sealed: stop or join your threads before "
     "the function returns"
 )
+SEAL_DISTURBED = "tampering detected: the grader's sealed answers were disturbed"
 T1_WRONG = "*t1 row-major strides: shape (2, 3, 4): strides: values differ"  # '*' = starts with
 T3_WRONG = "*t3 windows of a fresh 1-D tensor: arange(10), size 4, step 2: windows: values differ"
 RAISED_JSON = "*`contiguous_strides` raised JSONDecodeError"
@@ -681,17 +788,27 @@ def cases() -> dict[str, tuple[nbformat.NotebookNode | str, Expect]]:
         "package_tagger": (notebook({"t3": PACKAGE_TAGGER}), Expect(_full(t3=(0.0, T3_WRONG)))),
         "copyreg_reducer": (notebook({"t3": COPYREG_REDUCER}), Expect(_full(t3=(0.0, T3_WRONG)))),
         # A SIGALRM every 50 us: the seal reports the handler (its wording depends on what the storm disturbed
-        # first), or on a loaded machine the storm ends the kernel (cleanly, exit code 0) in the t1 cell or in its checks.
-        # Every task scores 0.
+        # first), or on a loaded machine the storm ends the kernel in the t1 cell or in its checks: cleanly (exit
+        # code 0), or with an exception raised by the handler escaping the kernel's loop (exit code 70, the fork
+        # server's code for that; seen once in a clean-clone CI run). Every task scores 0.
         "timer_handler": (
             notebook({"t1": WRONG_T1 + "\n" + TIMER_HANDLER}),
             Expect(
                 {
-                    t: (0.0, "*tampering detected: || *not graded: the kernel exited with code 0 in the t1 ")
+                    t: (
+                        0.0,
+                        "*tampering detected: || *not graded: the kernel exited with code 0 in the t1 "
+                        " || *not graded: the kernel exited with code 70 in the t1 ",
+                    )
                     for t in TASKS
                 }
             ),
         ),
+        "forge_earlier_record": _all_zero({"t1": FORGE_EARLIER}, SEAL_DISTURBED),
+        "forge_other_check_record": _all_zero({"t1": FORGE_OTHER}, SEAL_DISTURBED),
+        "replace_earlier_record": _all_zero({"t1": REPLACE_EARLIER}, SEAL_DISTURBED),
+        "gc_replace_record": _all_zero({"t1": GC_REPLACE}, SEAL_DISTURBED),
+        "plant_sealed_file": _all_zero({"t1": PLANT_SEAL}, SEAL_DISTURBED),
         "leak_by_class_name": (
             notebook({"t1": LEAK_HIDDEN, **_with("t2", LEAK_BY_CLASS_NAME_WRAPPER)}),
             Expect(

@@ -41,7 +41,7 @@ class CheckOutcome:
 Judge = Callable[[Case, Any], Sequence[Comparison]]
 
 
-_CHECK_ARGS = ("cases", "judge", "hidden", "call", "fresh_kernel")
+_CHECK_ARGS = ("cases", "judge", "hidden", "call", "fresh_kernel", "then")
 
 
 @dataclasses.dataclass(frozen=True, init=False)
@@ -61,6 +61,13 @@ class Check:
     marks checks that measure inside a process (memory, time): the grader runs them in a
     new kernel that imports the labchecks module before any learner code runs.
 
+    ``then(case, answers)`` makes a check of several calls, each in a process that never ran the
+    others (say, a run that writes a checkpoint, then its resume): given the original case and the
+    answers so far, it returns the case of the next call, or None when there is none. The grader
+    runs each next call in a new kernel of a new sandbox, so only what the answers carry (plain
+    data, sealed as bytes) reaches it; here in the notebook they all run in this process. The judge
+    then gets the original case and the list of answers.
+
     ``target`` (the function's name) comes from the task: ``LabSpec`` fills it in when it
     registers the check, so a check cannot name one task and call another task's function.
     Write ``Check(task, name, cases, judge, ...)``; the older ``Check(task, name, target,
@@ -74,6 +81,7 @@ class Check:
     hidden: bool = False
     call: Callable[[Callable[..., Any], Case], Any] | None = None
     fresh_kernel: bool = False
+    then: Callable[[Case, list[Any]], Case | None] | None = None
     target: str = ""  # filled in from the task by LabSpec
 
     def __init__(self, task: str, name: str, *args: Any, target: str = "", **fields: Any) -> None:
@@ -83,7 +91,7 @@ class Check:
         bad = (set(fields) - set(_CHECK_ARGS)) | (set(positional) & set(fields))
         if len(args) > len(_CHECK_ARGS) or bad:
             raise TypeError(f"Check {name!r}: unexpected or repeated arguments {sorted(bad) or args}")
-        values = {"hidden": False, "call": None, "fresh_kernel": False, **positional, **fields}
+        values = {"hidden": False, "call": None, "fresh_kernel": False, "then": None, **positional, **fields}
         if not (callable(values.get("cases")) and callable(values.get("judge"))):
             raise TypeError(f"Check {name!r}: cases and judge must be functions")
         for key, value in {"task": task, "name": name, **values, "target": target}.items():
@@ -93,13 +101,23 @@ class Check:
         """Call the learner's function on one case, the way this check needs."""
         return self.call(fn, case) if self.call is not None else fn(*case.args)
 
+    def invoke_all(self, fn: Callable[..., Any], case: Case) -> Any:
+        """``invoke``, and with ``then`` every later call too, here in this process: the list of answers."""
+        out = self.invoke(fn, case)
+        if self.then is None:
+            return out
+        outs = [out]
+        while (follow := self.then(case, list(outs))) is not None:
+            outs.append(self.invoke(fn, follow))
+        return outs
+
     def run_local(self, fn: Callable[..., Any], seed: int = 0) -> CheckOutcome:
         """Call ``fn`` here and judge it: the notebook's instant feedback."""
         rows: list[Comparison] = []
         target = self.target or "your function"
         for case in self.cases(seed):
             try:
-                out = self.invoke(fn, case)
+                out = self.invoke_all(fn, case)
             except NotImplementedError:
                 return CheckOutcome(
                     self.name,

@@ -22,11 +22,12 @@ Two ways in:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from torchcontracts.grading import forkloop
 from torchcontracts.grading.forkloop import Loop
@@ -88,14 +89,65 @@ def _training_flags(graph: Any) -> list[str]:
     return found
 
 
+class PickledObject(Exception):
+    """A ``.pt2`` asked for a Python object to be unpickled: refused, never run."""
+
+
+@contextlib.contextmanager
+def _weights_only(refused: list[str]) -> Iterator[None]:
+    """``torch.export.load`` with no way to run the file's code: it unpickles what a ``.pt2`` marks
+    ``use_pickle`` with ``torch.load(weights_only=False)``, opaque constants with ``pickle.loads`` and
+    script objects with ``torch._C._pickle_load_obj``. Inside this block ``torch.load`` is always
+    weights-only (plain and registered tensor types load; a ``__reduce__`` payload does not), and the other
+    two raise. A payload that ran here could compute the outputs itself, or patch this runner to report
+    any it liked, so the file would be judged on code that is not its exported program."""
+    import pickle
+
+    import torch
+
+    real_load, real_loads = torch.load, pickle.loads
+    real_obj = getattr(torch._C, "_pickle_load_obj", None)  # absent from some builds: nothing to close there
+
+    def load(f: Any, *args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("weights_only") is False:
+            refused.append("a weight or constant marked use_pickle")
+        kwargs["weights_only"] = True
+        return real_load(f, *args, **kwargs)
+
+    def refuse(what: str) -> Any:
+        def raiser(*args: Any, **kwargs: Any) -> Any:
+            refused.append(what)
+            raise PickledObject(what)
+
+        return raiser
+
+    torch.load = load  # type: ignore[assignment]
+    pickle.loads = refuse("an opaque Python object")  # type: ignore[assignment]
+    if real_obj is not None:
+        torch._C._pickle_load_obj = refuse("a script object")
+    try:
+        yield
+    finally:
+        torch.load, pickle.loads = real_load, real_loads  # type: ignore[assignment]
+        if real_obj is not None:
+            torch._C._pickle_load_obj = real_obj
+
+
 def _run_pt2(d: Path, job: dict[str, Any], result: dict[str, Any]) -> None:
     import torch
 
     torch.set_num_threads(1)
+    refused: list[str] = []
     try:
-        ep = torch.export.load(str(d / job["artefact"]))
+        with _weights_only(refused):
+            ep = torch.export.load(str(d / job["artefact"]))
     except Exception as err:  # noqa: BLE001 - whatever the file is, say so in one line
-        result["error"] = f"it does not load with torch.export.load: {_line(err)}"
+        result["error"] = (
+            f"it holds pickled Python objects ({refused[0]}), which are code, so it was not loaded: save "
+            "a plain exported program (torch.export.save of a module with plain tensor weights)"
+            if refused
+            else f"it does not load with torch.export.load: {_line(err)}"
+        )
         return
     sig = ep.graph_signature
     result["info"] = {

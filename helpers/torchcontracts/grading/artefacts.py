@@ -26,6 +26,8 @@ right only if it computes the grader's function on inputs it had never seen.
 from __future__ import annotations
 
 import atexit
+import contextlib
+import contextvars
 import dataclasses
 import hashlib
 import itertools
@@ -38,8 +40,9 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -47,7 +50,7 @@ import torch
 from torchcontracts.grading.forkserver import clean_env
 from torchcontracts.grading.sandbox import bwrap_argv, bwrap_path
 
-__all__ = ["ARTEFACT_UID", "Evaluation", "evaluate", "isolation"]
+__all__ = ["ARTEFACT_UID", "Evaluation", "evaluate", "isolation", "judging_deadline"]
 
 ARTEFACT_UID = 180_000  # job uids start here, outside the kernels' range (sandbox.kernel_uid)
 MAX_ARTEFACT_BYTES = 64 * 2**20
@@ -63,6 +66,20 @@ _SCRATCH: list[Path] = []
 _SERVERS: list["_Server"] = []
 _JOBS = itertools.count()
 _COURSE = Path(__file__).resolve().parents[3]  # helpers/torchcontracts/grading -> the course root
+MIN_JOB_S = 2.0  # less time than this left under the submission's deadline: the artefact is not run
+# The submission's deadline (time.monotonic()), set by the grader around judging: every artefact job of that
+# submission gets at most what is left of its --timeout, so a slow artefact cannot stretch a submission past it.
+_DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar("artefact_deadline", default=None)
+
+
+@contextlib.contextmanager
+def judging_deadline(deadline: float | None) -> Iterator[None]:
+    """Cap every ``evaluate`` inside the block at ``deadline`` (``time.monotonic()``; per thread)."""
+    token = _DEADLINE.set(deadline)
+    try:
+        yield
+    finally:
+        _DEADLINE.reset(token)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,7 +131,13 @@ def evaluate(
     key = _key(kind, blob, inputs, arch)
     if key in _CACHE:
         return _CACHE[key]
-    found = _run(kind, blob, inputs, arch, timeout, mem_mb, how)
+    deadline = _DEADLINE.get()
+    left = timeout if deadline is None else deadline - time.monotonic()
+    if deadline is not None and left < MIN_JOB_S:
+        return _failed("not run: the submission's time limit (--timeout) ran out before this file was judged", how)
+    found = _run(kind, blob, inputs, arch, min(timeout, left), mem_mb, how)
+    if left < timeout and found.problem.startswith("loading and running it did not finish"):
+        return found  # cut short by the deadline: not what this file does with its full time, so not cached
     if len(_CACHE) > 32:
         _CACHE.clear()
     _CACHE[key] = found
@@ -150,7 +173,7 @@ def _run(
         if timed_out is None:  # no server here (or it failed): one process for this job
             timed_out, code, err = _one_shot(work, uid, mem_mb, timeout, how)
         if timed_out:
-            return _failed(f"loading and running it did not finish within {timeout:g} s", how)
+            return _failed(f"loading and running it did not finish within {timeout:.3g} s", how)
         result_path = work / "result.json"
         if not result_path.is_file() or result_path.is_symlink() or result_path.stat().st_size > MAX_RESULT_BYTES:
             return _failed(_died(code, err), how)

@@ -11,7 +11,8 @@ server: off Linux, or ``--no-fork-server``).
 
 Either way ``become_kernel`` does the same: a new session, death with the parent, the working
 folder, a clean environment, resource limits (``RLIMIT_DATA``, which a CUDA build of torch
-survives, unlike ``RLIMIT_AS``), and in bwrap mode as root a uid of its own.
+survives, unlike ``RLIMIT_AS``), and in bwrap mode as root a uid of its own and a place of its own
+(``places``: its own ``/tmp``, ``/dev/shm``, IPC and network).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 
 from torchcontracts.grading import forkloop
 from torchcontracts.grading.forkloop import PR_SET_PDEATHSIG, Loop, prctl
+from torchcontracts.grading.places import own_place
 from torchcontracts.grading.procs import limit, proc_table, subtree
 
 __all__ = ["become_kernel", "group_pids", "serve"]
@@ -43,6 +45,8 @@ def become_kernel(req: dict[str, Any]) -> None:
     os.close(log)
     os.environ.clear()
     os.environ.update(req["env"])
+    if req.get("own_place"):  # before the uid: it needs the fork server's capabilities, which the uid drops
+        own_place(int(req["own_place"]), req["cwd"])
     limit(mem=req["mem"], fsize=req["fsize"], nproc=512, uid=req.get("uid"))  # nproc: one kernel's processes
     sys.path[:] = [p for p in sys.path if p not in ("", ".")]
     sys.argv = ["ipykernel", *req["argv"]]

@@ -53,7 +53,12 @@ def _parser() -> argparse.ArgumentParser:
         help="bwrap: run kernels in a bubblewrap sandbox; none: no OS sandbox; auto (default): bwrap if it works here",
     )
     p.add_argument("--cell-timeout", type=float, default=30.0, help="seconds per cell (default 30)")
-    p.add_argument("--timeout", type=float, default=300.0, help="seconds per submission (default 300)")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=300.0,
+        help="seconds per submission, its artefact judging included (default 300)",
+    )
     p.add_argument("--mem-mb", type=int, default=4096, help="data-segment limit of the kernel in MB (default 4096)")
     p.add_argument("--seed", type=int, help="case seed (default: a fresh random seed per submission)")
     p.add_argument(
@@ -213,6 +218,9 @@ def cli_main(argv: list[str] | Sequence[str]) -> int:
         zygote(sandbox, root, wait=False)  # the fork server imports torch while this process reads the course
     if threading_main():
         signal.signal(signal.SIGTERM, _on_signal)
+        # SIGINT too: a grader started in the background of a script (`cmd &`) inherits SIGINT ignored, and Python
+        # then installs no handler of its own, so Ctrl-C or `kill -INT` would be lost while kernels loop
+        signal.signal(signal.SIGINT, _on_signal)
     from torchcontracts.grading.report import gradescope, render, to_json
     from torchcontracts.grading.run import GradeOptions
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import base64
 import builtins
 import gc
+import hashlib
 import io
 import json
 import os
@@ -34,7 +35,7 @@ from IPython import get_ipython as _get_ipython
 
 from torchcontracts.checks import Case as _Case
 
-from torchcontracts.grading import watch
+from torchcontracts.grading import tripwire, watch
 from torchcontracts.grading.freeze import freeze
 from torchcontracts.grading.protocol import (
     BASELINE,
@@ -44,6 +45,7 @@ from torchcontracts.grading.protocol import (
     GUARD_LOG,
     MAX_RECORD_BYTES,
     NOTE_HOOK,
+    NOTE_RECORDS,
     NOTE_SIGNAL,
     NOTE_THREADS,
     TOO_LARGE_BLOB,
@@ -77,6 +79,7 @@ _gettrace, _getprofile, _settrace, _setprofile, _frames = (
 )
 _gc_disable, _gc_callbacks = gc.disable, gc.callbacks
 _isinstance, _type, _str, _len, _BytesIO, _b64decode = isinstance, type, str, len, io.BytesIO, base64.b64decode
+_issubclass, _sha256 = issubclass, hashlib.sha256
 _getsignal, _getitimer = signal.getsignal, signal.getitimer
 _SIGNALS = tuple(s for s in signal.valid_signals() if s not in (signal.SIGKILL, signal.SIGSTOP) and s < 65)
 _TIMERS = (signal.ITIMER_REAL, signal.ITIMER_VIRTUAL, signal.ITIMER_PROF)
@@ -115,8 +118,8 @@ def start(io_dir: str, labchecks: str, threads: int, forbidden: str, uid_isolate
         torch=torch,
         lc=sys.modules[labchecks],
     )
-    if forbidden:
-        _STATE["tripwire"] = _guard(
+    if forbidden:  # the sealer checks that the hook's busy set holds no thread that is not inside a hook call
+        _STATE["tripwire"], _STATE["busy"] = tripwire.install(
             forbidden, os.open(str(Path(io_dir) / GUARD_LOG), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         )
     base = watch.fingerprints(_watched(), keep=True)
@@ -129,66 +132,6 @@ def _watched() -> dict[str, Any]:
     if "tripwire" in _STATE:
         objs[TRIPWIRE] = _STATE["tripwire"]
     return objs
-
-
-def _guard(forbidden: str, report: int) -> Any:
-    """Block (and report) opening anything under the course's solutions/ from this kernel.
-
-    A tripwire for ``none`` mode, where solutions/ is on the kernel's disk; in bwrap mode it is not there.
-    """
-    realpath, fsdecode, write, sep = os.path.realpath, os.fsdecode, os.write, os.sep  # bound before learner code
-    root = realpath(forbidden)
-    events = frozenset(
-        {
-            "open",
-            "os.listdir",
-            "os.scandir",
-            "os.symlink",
-            "os.link",
-            "os.rename",
-            "shutil.copyfile",
-            "shutil.copytree",
-            "os.chdir",
-            "glob.glob",
-            "subprocess.Popen",
-            "os.exec",
-            "os.posix_spawn",
-        }
-    )
-    busy: set[int] = set()  # threads inside a hook call right now (an open() inside the hook must not recurse)
-    ident = threading.get_ident
-
-    def hook(event: str, args: tuple[Any, ...]) -> None:
-        me = ident()
-        if event not in events or me in busy or not args:
-            return
-        busy.add(me)
-        try:
-            for arg in args[:2] if event not in ("subprocess.Popen", "os.exec", "os.posix_spawn") else args[1:2]:
-                texts = arg if _isinstance(arg, (list, tuple)) else [arg]
-                for text in texts:
-                    if not _isinstance(text, (str, bytes, os.PathLike)):
-                        continue
-                    text = fsdecode(text)
-                    path = realpath(text) if event not in ("subprocess.Popen", "os.exec", "os.posix_spawn") else text
-                    parts = path.replace("\\", "/").split("/")
-                    if (
-                        path == root
-                        or path.startswith(root + sep)
-                        or "solutions" in parts
-                        or (event != "open" and "solutions" in path)
-                    ):
-                        try:
-                            write(report, f"{event}\n".encode())
-                        except OSError:
-                            pass
-                        raise PermissionError("grading: the course's solutions/ is not readable from a submission")
-        finally:
-            busy.discard(me)
-
-    sys.addaudithook(hook)
-    _STATE["busy"] = busy  # the sealer checks it holds no thread that is not inside a hook call
-    return hook
 
 
 def _unsupported(value: Any, depth: int = 0) -> str:
@@ -282,27 +225,36 @@ def drive(spec: dict[str, Any]) -> None:
     notes: list[str] = [NOTE_HOOK] if _hooked() else []
     user_ns = _get_ipython().user_ns
     blobs: list[tuple[str, bytes]] = []
+    # From a return to the next call or the seal no learner code runs: gc is off (no gc callback) and every object
+    # the learner could have touched stays alive until sealed (no finalizer): no record changes after its return.
+    gc_was_on, keep, chain = _gc_isenabled(), [], b""  # chain: a digest of the records so far, in a local
     for job in spec["jobs"]:
         fn = user_ns.get(job["target"])
         if not callable(fn):
             blobs.append((missing_file(job["check"]), b""))
+            chain = _link(chain, blobs[-1])
             continue
         call = getattr(lc, job["call"]) if job["call"] else None
         cases = torch.load(_BytesIO(_b64decode(job["cases"])), weights_only=True)
+        keep.append(cases)
         stop = False
         for n, (label, args) in enumerate(cases):
+            if gc_was_on:
+                _gc_enable()  # the learner's call runs with gc as the learner left it
             try:
                 out = call(fn, _Case(label, tuple(args))) if call else fn(*args)
+                _gc_disable()
+                keep.append(out)
                 if _hooked():
                     notes.append(NOTE_HOOK)
                 bad = _unsupported(out)
                 record: dict[str, Any] = {"error": ERR_UNSUPPORTED, "msg": bad} if bad else {"args": args, "out": out}
                 if not bad and _storage_bytes(out) > MAX_RECORD_BYTES:
                     record = {"error": ERR_TOO_LARGE, "msg": ""}  # not even serialised: it could only be refused
-            except KeyboardInterrupt as err:  # the grader's timeout (or the learner's raise): stop driving
-                record, stop = _error(err), True
             except BaseException as err:  # noqa: BLE001 - the learner's error, one line per case
-                record = _error(err)
+                _gc_disable()
+                keep.append(err)  # a KeyboardInterrupt (the grader's timeout, or the learner's raise) stops driving
+                record, stop = _error(err), _issubclass(_type(err), KeyboardInterrupt)
             try:
                 blob = _save(record)
             except Exception as err:  # noqa: BLE001 - e.g. an object that cannot be pickled
@@ -311,11 +263,16 @@ def drive(spec: dict[str, Any]) -> None:
             if _len(blob) > MAX_RECORD_BYTES:
                 blob = TOO_LARGE_BLOB
             blobs.append((case_file(job["check"], n), blob))
+            chain = _link(chain, blobs[-1])
             if "error" in record:
                 break  # like the notebook's checks: the first error ends this check
         if stop:
             break
-    seal(spec["token"], blobs, notes)
+    _gc_disable()
+    seal(spec["token"], blobs, notes, chain)
+    if gc_was_on:
+        _gc_enable()
+    del keep[:]  # sealed: the learner's finalizers may run now
 
 
 def _learner_threads() -> int:
@@ -342,8 +299,13 @@ def _signal_state() -> tuple[Any, ...]:
     return (*handlers, *timers)
 
 
-def seal(token: str, blobs: list[tuple[str, bytes]], notes: list[str]) -> None:
-    """Fork the sealer, which freezes the submission and writes the step; wait for it."""
+def _link(chain: bytes, record: tuple[str, bytes]) -> bytes:
+    return _sha256(chain + record[0].encode() + b"\0" + record[1]).digest()
+
+
+def seal(token: str, blobs: list[tuple[str, bytes]], notes: list[str], chain: bytes | None = None) -> None:
+    """Fork the sealer, which freezes the submission and writes the step; wait for it. ``chain`` (the digest the
+    driver kept as it took each record) must match the records: an added, changed or dropped one is tampering."""
     if _hooked():
         notes.append(NOTE_HOOK)
     extra = _learner_threads()
@@ -362,6 +324,12 @@ def seal(token: str, blobs: list[tuple[str, bytes]], notes: list[str]) -> None:
             del _gc_callbacks[:]
             freeze(_STATE["uid_isolated"])
             snap = watch.fingerprints(_watched())
+            if chain is not None:
+                found = b""
+                for record in blobs:
+                    found = _link(found, record)
+                if found != chain:
+                    notes.append(NOTE_RECORDS)
             if _STATE.get("busy") and (_STATE["busy"] - live or sealing in _STATE["busy"]):
                 snap[TRIPWIRE] = "disabled"  # a thread marked as inside a hook that is not
             data = pack_sealed({"notes": notes, "snapshot": snap}, blobs)

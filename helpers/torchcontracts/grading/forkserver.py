@@ -25,6 +25,7 @@ from torchcontracts.grading.sandbox import bwrap_argv
 __all__ = ["SAFE_ENV", "ForkedKernel", "Zygote", "clean_env", "scratch_root", "zygote"]
 
 # The only variables of the grader's environment that reach a kernel (or the fork server).
+SANDBOX_USER = "learner"  # the login name sandboxed processes see (their uids have no passwd entry)
 SAFE_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
 
 
@@ -32,6 +33,10 @@ def clean_env(**extra: str) -> dict[str, str]:
     """A whitelisted environment: nothing secret of the grader's can leak into learner code."""
     env = {k: os.environ[k] for k in SAFE_ENV if k in os.environ}
     env.update(PYTHONDONTWRITEBYTECODE="1", PYTHONNOUSERSITE="1", MPLBACKEND="Agg", PYDEVD_DISABLE_FILE_VALIDATION="1")
+    # A sandboxed kernel or artefact job runs as a uid with no passwd entry. `getpass.getuser()` (which torch calls
+    # for its cache folders, e.g. in torch.export.load on 2.11) reads these before it asks pwd, which would raise
+    # KeyError('getpwuid(): uid not found') and fail a correct answer.
+    env.update(USER=SANDBOX_USER, LOGNAME=SANDBOX_USER)
     env.update(extra)
     return env
 
@@ -62,12 +67,14 @@ def scratch_root() -> Path:
 class Zygote:
     """A fork server: ``spawn`` a kernel, ``signal`` one, and check/resume/kill all of one submission's processes."""
 
-    def __init__(self, sandbox: str, course: Path) -> None:
+    def __init__(self, sandbox: str, course: Path, scratch: Path | None = None) -> None:
+        """``scratch``: the one writable folder its sandbox binds (default: this process's scratch folder)."""
         self.sandbox = sandbox
         self.uid_isolated = sandbox == "bwrap" and os.geteuid() == 0
+        scratch = scratch or scratch_root()
         cmd = [sys.executable, "-m", "torchcontracts.grading.boot", "serve"]
         if sandbox == "bwrap":
-            cmd = [*bwrap_argv(scratch_root(), course, drop_uid=self.uid_isolated), *cmd]
+            cmd = [*bwrap_argv(scratch, course, drop_uid=self.uid_isolated, own_places=self.uid_isolated), *cmd]
         self.proc = subprocess.Popen(
             cmd,
             stdin=subprocess.PIPE,
@@ -75,7 +82,7 @@ class Zygote:
             stderr=subprocess.DEVNULL,
             start_new_session=True,
             env=clean_env(),
-            cwd=str(scratch_root()),
+            cwd=str(scratch),
         )
         self.exits: dict[int, int] = {}
         self._answers: dict[int, dict[str, Any]] = {}
@@ -186,15 +193,18 @@ class ForkedKernel:
 _ZYGOTES: dict[tuple[str, Path], Zygote] = {}
 
 
-def zygote(sandbox: str, course: Path, *, wait: bool = True, private: bool = False) -> Zygote | None:
+def zygote(
+    sandbox: str, course: Path, *, wait: bool = True, private: bool = False, scratch: Path | None = None
+) -> Zygote | None:
     """This process's fork server for a sandbox mode, started on first use (``wait=False`` only starts it);
-    ``private=True`` starts one that serves a single kernel (``--no-fork-server``). None if it cannot start."""
+    ``private=True`` starts one that serves a single kernel (``--no-fork-server``, or a fresh sandbox whose
+    writable folder is ``scratch``). None if it cannot start."""
     key = (sandbox, course.resolve())
     with _LOCK:
         server = None if private else _ZYGOTES.get(key)
         if server is None or not server.alive:
             try:
-                server = Zygote(sandbox, course)
+                server = Zygote(sandbox, course, scratch if private else None)
             except OSError:
                 return None
             atexit.register(server.close)

@@ -24,6 +24,7 @@ from jupyter_client.connect import write_connection_file
 from torchcontracts.grading.boot import group_pids
 from torchcontracts.grading.forkserver import Zygote, clean_env, zygote
 from torchcontracts.grading.protocol import MAX_SEALED_BYTES, sealed_name
+from torchcontracts.grading.sandbox import TMPFS_BYTES
 
 __all__ = ["CellRun", "GradingKernel", "describe_exit"]
 
@@ -48,6 +49,19 @@ class CellRun:
         if self.status == "error":
             return f"raised {self.ename}: {self.evalue}"[:200] if self.evalue else f"raised {self.ename}"
         return self.status
+
+
+def _last_line(log: str) -> str:
+    """The last line a kernel that died while starting wrote to its log (no learner code ran yet: ours), as
+    ": <line>", or "" when there is none."""
+    try:
+        with open(log, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - 4096))
+            lines = [ln.strip() for ln in fh.read().decode("utf-8", "replace").splitlines() if ln.strip()]
+    except OSError:
+        return ""
+    return f": {lines[-1][:200]}" if lines else ""
 
 
 def describe_exit(code: int | None) -> str:
@@ -138,6 +152,7 @@ class GradingKernel:
         threads: int = 1,
         startup_timeout: float = 60.0,
         fork: bool = True,
+        fresh_sandbox: bool = False,
     ):
         self.workdir = workdir
         workdir.mkdir(parents=True, exist_ok=True)
@@ -178,13 +193,18 @@ class GradingKernel:
             "mem": mem_mb * 2**20,
             "fsize": fsize_mb * 2**20,
             "uid": uid,
+            # a kernel of a shared bwrap sandbox, as root: its own /tmp, /dev/shm, IPC and network (``places``)
+            "own_place": TMPFS_BYTES if sandbox == "bwrap" and uid is not None and os.geteuid() == 0 else 0,
         }
         self.server: Zygote | None = None
         self.private = False
         self.proc: Any
-        if sys.platform == "linux" and (fork or sandbox == "bwrap"):
-            self.server = zygote(sandbox, course, private=not fork)
-            self.private = not fork
+        if sys.platform == "linux" and (fork or sandbox == "bwrap" or fresh_sandbox):
+            # fresh_sandbox: a fork server of its own, whose sandbox binds only this kernel's parent folder
+            # (a new /tmp, /dev, IPC namespace and scratch view: nothing an earlier kernel left reaches it)
+            private = not fork or fresh_sandbox
+            self.server = zygote(sandbox, course, private=private, scratch=workdir.parent if fresh_sandbox else None)
+            self.private = private
             if self.server is None:
                 raise RuntimeError("the kernel fork server could not start")
             self.proc = self.server.spawn(req)
@@ -201,7 +221,7 @@ class GradingKernel:
                 break
             except RuntimeError:
                 if self.proc.poll() is not None:
-                    self.dead_reason = describe_exit(self.proc.returncode) + " while starting"
+                    self.dead_reason = describe_exit(self.proc.returncode) + " while starting" + _last_line(req["log"])
                     break
                 if time.monotonic() > deadline:
                     self.kill()
@@ -243,8 +263,11 @@ class GradingKernel:
             return
         taken = self._taken
         path = self.workdir / sealed_name(self._seal)
-        if "data" in taken or "problem" in taken or not path.exists():
+        if not path.exists():
             return
+        if "data" in taken or "problem" in taken:  # one token, two sealed files: one of them was planted
+            taken["problem"] = "a second sealed file under the step's token"
+            taken.pop("data", None)
         deadline = time.monotonic() + SEAL_WAIT
         while not self._group("check").get("stopped"):
             if time.monotonic() > deadline:
@@ -256,8 +279,8 @@ class GradingKernel:
             with os.fdopen(fd, "rb") as fh:
                 if os.fstat(fh.fileno()).st_size > MAX_SEALED_BYTES:
                     taken.setdefault("problem", "its sealed answers are over the size limit")
-                else:
-                    taken.setdefault("data", fh.read(MAX_SEALED_BYTES + 1))
+                elif "problem" not in taken:
+                    taken["data"] = fh.read(MAX_SEALED_BYTES + 1)
             path.unlink()
         except OSError:
             taken.setdefault("problem", "its sealed answers could not be read")

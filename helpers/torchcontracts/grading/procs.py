@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 import resource
 
+from torchcontracts.grading.seccomp import install as _no_user_namespaces
+
 __all__ = ["ProcInfo", "limit", "owner", "pids", "proc_table", "subtree"]
 
 # bound at import, before any learner code
@@ -62,7 +64,8 @@ def subtree(table: dict[int, ProcInfo], root: int) -> set[int]:
 
 
 def limit(*, mem: int, fsize: int, nproc: int, uid: int | None) -> None:
-    """The limits of a learner's process (a kernel or an artefact job), then its own uid when it has one.
+    """The limits of a learner's process (a kernel or an artefact job), then its own uid when it has one, then
+    no new user namespaces (``seccomp``: a namespace of its own would make it root there, free to mount RAM).
 
     ``RLIMIT_DATA`` caps memory (a CUDA build of torch survives it, unlike ``RLIMIT_AS``); ``nproc`` counts
     per uid, so it applies only with a uid of its own. ``mem`` or ``fsize`` of 0 leaves that limit alone.
@@ -78,3 +81,4 @@ def limit(*, mem: int, fsize: int, nproc: int, uid: int | None) -> None:
         _setgid(uid)
         _setuid(uid)
     _umask(0o077)
+    _no_user_namespaces()

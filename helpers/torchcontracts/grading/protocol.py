@@ -18,6 +18,7 @@ __all__ = [
     "GUARD_LOG",
     "MODULE_PREFIX",
     "NOTE_HOOK",
+    "NOTE_RECORDS",
     "NOTE_SIGNAL",
     "NOTE_THREADS",
     "TAMPER_SEAL",
@@ -44,6 +45,7 @@ GUARD_LOG = "guard.log"  # none mode: the solutions/ tripwire appends one line p
 # notes the driver seals with a step (what it saw while the learner's code ran)
 NOTE_HOOK = "hook"  # a trace or profile function was active
 NOTE_SIGNAL = "signal"  # a signal handler or interval timer changed since the baseline
+NOTE_RECORDS = "records"  # the records differ from the digest the driver kept as it took each one
 NOTE_THREADS = "threads:"  # prefix: "threads:<n>", threads of the submission still running at the seal
 # tamper names the grader adds itself (next to the fingerprint names that changed)
 TAMPER_SEAL = "seal"  # the sealed step was missing, malformed or disturbed
@@ -111,6 +113,8 @@ def unpack_sealed(data: bytes) -> tuple[dict[str, Any], dict[str, bytes]]:
         name, length = entry
         if not isinstance(name, str) or not isinstance(length, int) or length < 0 or length > MAX_RECORD_BYTES:
             raise ValueError("bad entry")
+        if name in blobs:  # one record per name: a second one is a forgery, whichever of them is
+            raise ValueError("a record named twice")
         blobs[name] = data[at : at + length]
         at += length
     if at != len(data):

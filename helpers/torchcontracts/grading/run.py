@@ -14,13 +14,15 @@ import time
 from pathlib import Path
 
 from torchcontracts.checks import Case, Check, CheckOutcome, LabSpec
+from torchcontracts.grading.artefacts import judging_deadline
 from torchcontracts.grading.forkserver import scratch_root
 from torchcontracts.grading.judge import judge
+from torchcontracts.grading.phases import grade_phases
 from torchcontracts.grading.plan import Plan, lab_spec, plan_run
 from torchcontracts.grading.protocol import MODULE_PREFIX, NOTE_HOOK, NOTE_SIGNAL, TAMPER_SEAL, TAMPER_SOLUTIONS
 from torchcontracts.grading.reasons import Reason, Why
 from torchcontracts.grading.results import CheckResult, GradeOptions, GradeResult, TaskResult
-from torchcontracts.grading.steps import KernelJob, KernelLog, grade_group
+from torchcontracts.grading.steps import KernelJob, KernelLog
 from torchcontracts.grading.submission import GradeSetupError, SubmissionError, identify_lab, read_submission
 
 __all__ = ["CheckResult", "GradeOptions", "GradeResult", "TaskResult", "grade_file"]  # results re-exported
@@ -198,10 +200,11 @@ def grade_file(path: Path, opts: GradeOptions) -> GradeResult:
                 name,
                 deadline,
             )
-            log = grade_group(job, plan)
-            for idx, check in members:
-                logs[idx] = log
-                outcomes[idx] = _judged(check, idx, cases[idx], job.collected, opts.mem_mb)
+            log = grade_phases(job, plan)  # grade_group, and the later calls of checks with `then`
+            with judging_deadline(deadline):  # artefact jobs too stay inside the submission's --timeout
+                for idx, check in members:
+                    logs[idx] = log
+                    outcomes[idx] = _judged(check, idx, cases[idx], job.collected, opts.mem_mb)
         tamper_names = [n for lg in {id(v): v for v in logs.values()}.values() for n in lg.tamper]
         tamper = _describe_tamper(list(dict.fromkeys(tamper_names))) if tamper_names else None
         if tamper:

@@ -4,8 +4,9 @@ In ``bwrap`` mode the fork server (and every kernel it forks) runs in a bubblewr
 its own pid namespace that dies with the grader, no network, no IPC or UTS sharing, a fresh
 ``/tmp``, and a read-only view of only what Python needs (the system, the interpreter, its
 site-packages and the ``torchcontracts`` package). The course's ``solutions/`` and ``.git``, the
-submissions folder, the gradebook and the results file are simply not there. The one writable
-place is the grader's scratch folder, where each kernel gets a folder of its own (mode 0700).
+submissions folder, the gradebook and the results file are simply not there, and the package's
+grader-only modules (its judges and references, ``hidden.GRADER_ONLY``) are stand-ins whose names
+raise when called. The one writable place is the grader's scratch folder, where each kernel gets a folder of its own (mode 0700).
 When the grader runs as root, each kernel also drops to a uid of its own, so kernels cannot
 signal, trace or read each other, the fork server or the grader.
 """
@@ -20,16 +21,22 @@ import subprocess
 import sys
 from pathlib import Path
 
+from torchcontracts.grading.places import CAPS as PLACE_CAPS
+from torchcontracts.grading.hidden import bwrap_hide_args
+
 __all__ = ["MODES", "NONE_LEAVES_OPEN", "bwrap_argv", "bwrap_path", "choose_mode", "kernel_uid"]
 
 MODES = ("auto", "bwrap", "none")
 
 # What `none` mode cannot stop: each needs the operating system (README, "The sandbox").
 NONE_LEAVES_OPEN = (
-    "learner code runs as the grading user: it can read what that user can (other submissions, the grader's /proc)",
+    "learner code runs as the grading user: it can read what that user can (other submissions, the grader's /proc; "
+    "a root grader's environment, where feedback scrubs secrets only as written, not reversed or encoded)",
+    "as root, learner code can ptrace or signal the fork server and the grader",
     "a process that leaves the kernel's process group can outlive the kernel",
     "the network is reachable",
     "solutions/ is guarded by an audit-hook tripwire, which subprocesses and native code do not trigger",
+    "the grader-only modules (judges and references, hidden.GRADER_ONLY) are importable: a solution can call them",
 )
 
 _UID_BASE = 120_000  # kernels' uids in bwrap mode, one per kernel, when the grader runs as root
@@ -107,8 +114,12 @@ def _hide_course(paths: list[Path], course: Path) -> list[str]:
     return args
 
 
-def bwrap_argv(scratch: Path, course: Path, *, drop_uid: bool) -> list[str]:
-    """The bwrap command line that wraps the fork server (or one plainly launched kernel)."""
+TMPFS_BYTES = 1024 * 2**20  # the sandbox's /tmp and /dev/shm, each (RAM that RLIMIT_DATA does not count)
+
+
+def bwrap_argv(scratch: Path, course: Path, *, drop_uid: bool, own_places: bool = False) -> list[str]:
+    """The bwrap command line that wraps the fork server (or one plainly launched kernel). ``drop_uid``: it may
+    give each child a uid of its own; ``own_places``: and namespaces of its own (``places``, root only)."""
     path = bwrap_path()
     assert path is not None, "bwrap_argv needs bwrap (check choose_mode first)"
     argv = [
@@ -123,10 +134,19 @@ def bwrap_argv(scratch: Path, course: Path, *, drop_uid: bool) -> list[str]:
         "/dev",
         "--proc",
         "/proc",
+        # RAM-backed folders outside RLIMIT_DATA: each gets a size of its own (bwrap's default is half the host's RAM)
         "--perms",
         "1777",
+        "--size",
+        str(TMPFS_BYTES),
         "--tmpfs",
         "/tmp",
+        "--perms",
+        "1777",
+        "--size",
+        str(TMPFS_BYTES),
+        "--tmpfs",
+        "/dev/shm",
     ]
     for top in ("usr", "etc", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "opt"):
         host = Path("/") / top
@@ -141,10 +161,11 @@ def bwrap_argv(scratch: Path, course: Path, *, drop_uid: bool) -> list[str]:
                 argv += ["--perms", "0755", "--dir", str(parent)]
         argv += ["--ro-bind", str(p), str(p)]
     argv += _hide_course(python, course.resolve())
+    argv += bwrap_hide_args(python, course.resolve())  # judges and references: the grader's only (hidden.py)
     for parent in reversed(scratch.parents[:-1]):
         if str(parent) != "/tmp":
             argv += ["--perms", "0755", "--dir", str(parent)]
     argv += ["--bind", str(scratch), str(scratch), "--chdir", "/tmp"]
     if drop_uid:
-        argv += ["--cap-add", "CAP_SETUID,CAP_SETGID,CAP_KILL"]
+        argv += ["--cap-add", "CAP_SETUID,CAP_SETGID,CAP_KILL" + (f",{PLACE_CAPS}" if own_places else "")]
     return argv

@@ -12,11 +12,12 @@ import dataclasses
 import io
 import itertools
 import json
+import os
 import secrets
 import struct
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import torch
 
@@ -27,11 +28,14 @@ from torchcontracts.grading.protocol import (
     BASELINE,
     GUARD_LOG,
     NOTE_HOOK,
+    NOTE_RECORDS,
     NOTE_SIGNAL,
     NOTE_THREADS,
     TAMPER_SEAL,
     TAMPER_SOLUTIONS,
+    case_file,
     driver_call,
+    missing_file,
     unpack_sealed,
 )
 from torchcontracts.grading.reasons import NOT_GRADED, Reason, Why
@@ -72,6 +76,7 @@ class KernelJob:
     name: str
     deadline: float  # time.monotonic() at which the whole submission's time runs out
     collected: dict[str, bytes] = dataclasses.field(default_factory=dict)  # sealed records, by file name
+    fresh_sandbox: bool = False  # a kernel of a new sandbox of its own (``grading.phases``): nothing earlier is there
 
 
 def _cases_blob(cases: list[Case], hidden: bool) -> str:
@@ -93,8 +98,28 @@ def _jobs(checks: list[tuple[int, Check]], cases: dict[int, list[Case]]) -> list
     ]
 
 
-def _take_step(run: CellRun, base: dict[str, str], log: KernelLog, task: str, fails: dict[str, Why]) -> dict | None:
-    """The sealed records of one step; None when there is none (the driver never sealed)."""
+def expected_records(jobs: list[dict[str, Any]], cases: dict[int, list[Case]]) -> set[str]:
+    """Every record name a step's driver may seal: one per case of each of its checks, or the check's
+    'not defined' record. Nothing else is accepted from that step."""
+    names: set[str] = set()
+    for j in jobs:
+        names.add(missing_file(j["check"]))
+        names.update(case_file(j["check"], n) for n in range(len(cases[j["check"]])))
+    return names
+
+
+def _take_step(
+    run: CellRun,
+    base: dict[str, str],
+    log: KernelLog,
+    task: str,
+    fails: dict[str, Why],
+    expected: set[str],
+    taken: Mapping[str, bytes],
+) -> dict | None:
+    """The sealed records of one step; None when there is none (the driver never sealed). A record this step's
+    checks do not produce, a name sealed twice or a name an earlier step already sealed is a forgery (tampering):
+    each record is accepted once, from the step that asked for it."""
     if run.seal_problem:
         log.tamper.append(TAMPER_SEAL)
     if run.sealed is None:
@@ -104,11 +129,14 @@ def _take_step(run: CellRun, base: dict[str, str], log: KernelLog, task: str, fa
     except (ValueError, KeyError, TypeError, struct.error):
         log.tamper.append(TAMPER_SEAL)
         return None
+    notes = header.get("notes") if isinstance(header.get("notes"), list) else []
+    if NOTE_RECORDS in notes or any(name not in expected or name in taken for name in blobs):
+        log.tamper.append(TAMPER_SEAL)
+        return None
     snapshot = header.get("snapshot") if isinstance(header.get("snapshot"), dict) else {}
     for name, ident in base.items():
         if snapshot.get(name) != ident and name not in log.tamper:
             log.tamper.append(name)
-    notes = header.get("notes") if isinstance(header.get("notes"), list) else []
     for note in (NOTE_HOOK, NOTE_SIGNAL):
         if note in notes and note not in log.tamper:
             log.tamper.append(note)
@@ -123,24 +151,38 @@ def _where(step: Step) -> Why:
     return Why.of(code[step.kind], task=step.task) if step.kind in code else Why.of(Reason.WHERE_COURSE)
 
 
+def needs_own_sandbox(job: KernelJob) -> bool:
+    """A kernel that must not share its fork server's sandbox: a fresh-process phase (``phases``), or any kernel
+    in bwrap mode without root. As root, kernels of one sandbox get their own uid and their own /tmp, /dev/shm,
+    IPC and network (``places``); without root they would share one uid and all of those, so each submission's
+    kernel gets a sandbox of its own (about 3 s more to start) that binds only its own folder."""
+    return job.fresh_sandbox or (job.opts.sandbox == "bwrap" and os.geteuid() != 0)
+
+
 def _start(job: KernelJob, log: KernelLog, tasks_here: list[str]) -> tuple[GradingKernel, int | None] | None:
     """A fresh kernel, or None with every task of this kernel failed (it could not start)."""
     opts = job.opts
-    uid = kernel_uid(next(_KERNELS)) if opts.sandbox == "bwrap" else None
-    try:
-        kernel = GradingKernel(
-            job.scratch / f"k-{job.name}",
-            course=opts.course,
-            sandbox=opts.sandbox,
-            uid=uid,
-            mem_mb=opts.mem_mb,
-            threads=opts.threads,
-            fork=opts.fork_server,
-        )
-    except (RuntimeError, OSError) as err:
-        for t in tasks_here:
-            log.fail[t] = Why.of(Reason.NO_START, why=str(err))
-        return None
+    for attempt in range(2):  # a kernel that died before any learner code ran gets one more start
+        uid = kernel_uid(next(_KERNELS)) if opts.sandbox == "bwrap" else None
+        try:
+            kernel = GradingKernel(
+                job.scratch / (f"k-{job.name}" + (f"-{attempt}" if attempt else "")),
+                course=opts.course,
+                sandbox=opts.sandbox,
+                uid=uid,
+                mem_mb=opts.mem_mb,
+                threads=opts.threads,
+                fork=opts.fork_server,
+                fresh_sandbox=needs_own_sandbox(job),
+            )
+        except (RuntimeError, OSError) as err:
+            for t in tasks_here:
+                log.fail[t] = Why.of(Reason.NO_START, why=str(err))
+            return None
+        if attempt == 0 and "while starting" in kernel.dead_reason:
+            kernel.shutdown()
+            continue
+        break
     return kernel, uid
 
 
@@ -186,10 +228,12 @@ def run_kernel(job: KernelJob) -> KernelLog:
                     )
                 break
             token = secrets.token_hex(12) if drives else None
+            expected: set[str] = set()
             if drives:
                 jobs = _jobs(
                     [(i, c) for i, c in hidden if c.task == task] if step.kind == "hidden" else public[task], job.cases
                 )
+                expected = expected_records(jobs, job.cases)
                 code = driver_call("drive", {"token": token, "jobs": jobs})
             else:
                 code = step.source
@@ -199,7 +243,7 @@ def run_kernel(job: KernelJob) -> KernelLog:
                 log.tamper.append(TAMPER_SOLUTIONS)
             fails = log.hidden_fail if step.kind == "hidden" else log.fail
             if drives:
-                blobs = _take_step(run, base, log, task, fails)
+                blobs = _take_step(run, base, log, task, fails, expected, job.collected)
                 if blobs is not None:
                     job.collected.update(blobs)
                 elif run.status in ("ok", "error") and TAMPER_SEAL not in log.tamper:

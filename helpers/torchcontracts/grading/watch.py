@@ -31,6 +31,8 @@ TORCH_MODULES = (
     "torch.autograd.graph",
     "torch.utils.checkpoint",
     "torch.utils._pytree",
+    "torch.export",  # lab 06's drivers export and save the learner's model with these
+    "torch.export.exported_program",
 )
 # what torch.save, the driver and the sealer run on: replacing any of these could forge a sealed step
 STDLIB_MODULES = (
@@ -117,6 +119,7 @@ def watched_objects(labchecks: str, module_names: list[str] | None = None) -> di
         "torch.Tensor": torch.Tensor,
         "torch.nn.Module": torch.nn.Module,
         "torch.UntypedStorage": torch.UntypedStorage,
+        "torch.export.ExportedProgram": torch.export.ExportedProgram,
         "pickle.Pickler": _modules["pickle"].Pickler,
         "io.BytesIO": _modules["io"].BytesIO,
     }

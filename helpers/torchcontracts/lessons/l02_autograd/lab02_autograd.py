@@ -3,8 +3,9 @@
 A driver (``run_backward`` ...) runs next to the learner's code: it calls the learner's function
 on fresh copies of a case's inputs, runs backward, and returns plain tensors. A judge runs in the
 grader's own process and compares those tensors with references built from plain torch ops
-(``F.linear``, ``torch.logsumexp``, ``F.softplus`` ...); those live in ``lab02_judges``. Hidden checks live
-in the solution notebook.
+(``F.linear``, ``torch.logsumexp``, ``F.softplus`` ...); those live in ``lab02_judges``, which a graded
+kernel sees as placeholders (``grading.hidden``): the drivers use only ``lab02_parts``, and a judge here is
+built when it first judges (``_backward_judge``), in the grader. Hidden checks live in the solution notebook.
 
 Public names (the hidden-check cells use them too, all importable from here): the drivers ``run_backward``,
 ``run_gradcheck``, ``run_gradgradcheck``, ``run_double_backward``, ``run_monitor``; the judges
@@ -22,9 +23,6 @@ from torch.autograd.gradcheck import GradcheckError
 
 from torchcontracts.checks import Case, Check, LabSpec, Task
 from torchcontracts.lessons.l02_autograd.lab02_judges import (
-    NO_GRAD,
-    _fresh,
-    build_mlp,
     judge_double_backward,
     judge_monitor,
     judge_passed,
@@ -34,6 +32,7 @@ from torchcontracts.lessons.l02_autograd.lab02_judges import (
     ref_logsumexp,
     ref_sign_ste,
 )
+from torchcontracts.lessons.l02_autograd.lab02_parts import NO_GRAD, _fresh, build_mlp
 
 __all__ = [
     "build_mlp",
@@ -248,6 +247,18 @@ def _t6_cases(seed: int) -> list[Case]:
 
 # --- the lab -------------------------------------------------------------------------------
 
+
+def _backward_judge(
+    ref: Callable[..., torch.Tensor], names: Sequence[str], grad_rule: Callable[..., list[torch.Tensor]] | None = None
+) -> Callable[[Case, Any], Any]:
+    """``make_backward_judge(...)``, made when it first judges: in a graded kernel the judges are placeholders."""
+
+    def judge(case: Case, result: Any) -> Any:
+        return make_backward_judge(ref, names, grad_rule=grad_rule)(case, result)
+
+    return judge
+
+
 lab = LabSpec(
     "lab02_autograd",
     "Lab 02: custom autograd Functions and gradient hooks",
@@ -261,26 +272,22 @@ lab = LabSpec(
     ],
     checks=[
         Check(
-            "t1",
-            "t1 output and gradients",
-            _t1_cases,
-            make_backward_judge(ref_linear, ["x", "w", "b"]),
-            call=run_backward,
+            "t1", "t1 output and gradients", _t1_cases, _backward_judge(ref_linear, ["x", "w", "b"]), call=run_backward
         ),
-        Check("t2", "t2 output and gradient", _t2_cases, make_backward_judge(ref_logsumexp, ["x"]), call=run_backward),
+        Check("t2", "t2 output and gradient", _t2_cases, _backward_judge(ref_logsumexp, ["x"]), call=run_backward),
         Check("t2", "t2 gradcheck (float64)", _t2_gradcheck_cases, judge_passed, call=run_gradcheck),
         Check(
             "t3",
             "t3 identity forward, clipped gradient",
             _t3_cases,
-            make_backward_judge(ref_clip_grad, ["x"], grad_rule=_clip_rule),
+            _backward_judge(ref_clip_grad, ["x"], grad_rule=_clip_rule),
             call=run_backward,
         ),
         Check(
             "t4",
             "t4 sign forward, straight-through gradient",
             _t4_cases,
-            make_backward_judge(ref_sign_ste, ["x"], grad_rule=_ste_rule),
+            _backward_judge(ref_sign_ste, ["x"], grad_rule=_ste_rule),
             call=run_backward,
         ),
         Check(

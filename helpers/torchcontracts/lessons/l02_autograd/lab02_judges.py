@@ -1,9 +1,9 @@
-"""Lab 02's grader half: the references and judges of its checks, and the pieces drivers and judges share.
+"""Lab 02's grader half: the references and judges of its checks (grader-only: see ``grading.hidden``).
 
 A judge runs in the grader's own process and compares what a driver returned with references built
 from plain torch ops (``F.linear``, ``torch.logsumexp``, ``F.softplus`` ...); it never calls the
-learner's code. ``NO_GRAD``, ``_fresh`` and ``build_mlp`` are shared with the drivers in
-``lab02_autograd`` (which re-exports every public name here), so they live on this side of the import.
+learner's code. A graded kernel sees placeholders here, so the pieces the drivers in ``lab02_autograd``
+share with the judges (``NO_GRAD``, ``_fresh``, ``build_mlp``) live in ``lab02_parts``.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from torchcontracts.checks import Case, Comparison, compare
+from torchcontracts.lessons.l02_autograd.lab02_parts import NO_GRAD, _fresh, build_mlp
 
 __all__ = [
     "NO_GRAD",
@@ -27,32 +28,6 @@ __all__ = [
     "ref_logsumexp",
     "ref_sign_ste",
 ]
-
-NO_GRAD = "no gradient"  # what a driver returns for a float input whose .grad stayed None
-
-
-# --- shared by the drivers and the judges ----------------------------------------------------
-
-
-def _fresh(a: Any) -> Any:
-    """A floating tensor becomes a fresh leaf that requires grad; anything else passes as is."""
-    if isinstance(a, torch.Tensor) and a.is_floating_point():
-        return a.detach().clone().requires_grad_(True)
-    return a
-
-
-def build_mlp(weights: Sequence[torch.Tensor]) -> torch.nn.Sequential:
-    """Linear layers with these (weight, bias) pairs and Tanh between them: ``0.weight``, ``0.bias``, ``2.weight`` ..."""
-    layers: list[torch.nn.Module] = []
-    for i in range(0, len(weights), 2):
-        w, b = weights[i], weights[i + 1]
-        lin = torch.nn.Linear(w.shape[1], w.shape[0], dtype=w.dtype)
-        with torch.no_grad():
-            lin.weight.copy_(w)
-            lin.bias.copy_(b)
-        layers += [lin, torch.nn.Tanh()]
-    return torch.nn.Sequential(*layers[:-1])
-
 
 # --- references and judges: run in the grader's process, plain torch only ------------------
 

@@ -8,6 +8,10 @@ three traces (judged against ``torchcontracts.lessons.l03_memory.alloc``, the mo
 Public names the hidden-check cells build on: ``budget_case`` / ``judge_budget`` / ``measure_step``
 (t1), ``leak_case`` / ``growth_rows`` / ``value_rows`` / ``probe_leaks`` (t2), ``trace_cases`` /
 ``allocator_rows`` (t3). Judges never raise on an odd answer: they return a failing row.
+
+t3's judge (``allocator_rows``, ``judge_traces``) and the model's answer live in the grader-only
+``lab03_judges``, imported here only to register the checks (a graded kernel sees placeholders there);
+``TRACES``, the task's input, stays here. No driver or module-level code here calls them.
 """
 
 from __future__ import annotations
@@ -23,9 +27,9 @@ from torch import nn
 # checkpoint(use_reentrant=False) imports torch._dynamo on first use, and that import rebinds torch.manual_seed.
 # Importing it here, before any learner code runs, keeps the grader's identity baseline (grading.driver) stable.
 
-from torchcontracts.lessons.l03_memory.alloc_viz import replay
 from torchcontracts.checks import Case, Check, Comparison, LabSpec, Task, compare, short
 from torchcontracts.checks.comparison import not_a_result as _not_a_result
+from torchcontracts.lessons.l03_memory.lab03_judges import allocator_rows, judge_traces  # grader-side only
 from torchcontracts.lessons.l03_memory.memory import SavedTensorMeter, held_bytes, live_tensor_bytes
 
 __all__ = [
@@ -37,12 +41,12 @@ __all__ = [
     "budget_case",
     "growth_rows",
     "judge_budget",
+    "judge_traces",
     "lab",
     "leak_case",
     "make_deep_mlp",
     "make_small_mlp",
     "measure_step",
-    "model_answer",
     "probe_leaks",
     "reference_history",
     "trace_cases",
@@ -319,48 +323,9 @@ TRACES: dict[str, str] = {
 }
 
 
-def model_answer() -> tuple[tuple[int, int], ...]:
-    """(reserved, allocated) after each trace of TRACES, from the allocator model."""
-    return tuple((replay(t)[-1].reserved, replay(t)[-1].allocated) for t in TRACES.values())
-
-
-def _int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
 def trace_cases(seed: int) -> list[Case]:
     """t3's one case: ``predict_memory()`` takes no arguments."""
     return [Case("traces A, B, C", ())]
-
-
-def allocator_rows(out: Any, which: int) -> list[Comparison]:
-    """t3: one row per trace for reserved (``which=0``) or allocated (``which=1``) bytes."""
-    want = model_answer()
-    if not isinstance(out, (tuple, list)) or len(out) != len(want):
-        return [Comparison.plain("answer", False, "return a tuple of 3 (reserved, allocated) pairs of ints", got=out)]
-    rows = []
-    for name, got, exp in zip(TRACES, out, want):
-        label = f"trace {name} {'reserved' if which == 0 else 'allocated'}"
-        if not isinstance(got, (tuple, list)) or len(got) != 2 or not all(_int(v) for v in got):
-            rows.append(Comparison.plain(label, False, "each answer is a pair of Python ints (bytes)", got=got))
-            continue
-        ok = got[which] == exp[which]
-        rows.append(
-            Comparison.plain(
-                label,
-                ok,
-                "exact" if ok else "values differ",
-                strides=str(got[which]),
-                diff=float(abs(got[which] - exp[which])),
-                expected=None if ok else f"{exp[which]} B ({exp[which] / 2**20:.4g} MiB)",
-                got=None if ok else f"{got[which]} B",
-            )
-        )
-    return rows
-
-
-def _t3_judge(case: Case, out: Any) -> list[Comparison]:
-    return allocator_rows(out, 0)
 
 
 lab = LabSpec(
@@ -376,6 +341,6 @@ lab = LabSpec(
         Check(
             "t2", "t2 memory does not grow; history matches", _t2_cases, _t2_judge, call=probe_leaks, fresh_kernel=True
         ),
-        Check("t3", "t3 reserved bytes per trace", trace_cases, _t3_judge),
+        Check("t3", "t3 reserved bytes per trace", trace_cases, judge_traces),
     ],
 )

@@ -2,63 +2,95 @@
 
 They run in the grader's own process on the plain tensors that ``run_bench`` and ``run_speedup`` (in
 ``lab04_timing``, which re-exports ``judge_bench`` and ``judge_speedup``) return, and check structure
-and ratios, never absolute speed: a warm-up, calls that add up, a median not below the work's known
-cost, seconds per call, and two workloads' fastest samples in their known ratio. A judge never raises
-on an odd answer: it returns a failing row.
+and ratios, never absolute speed. t1 rests on the driver's own log, never on a counter of a handed
+object: the calls it counted add up to what the learner reports, every timed sample fits its calls'
+window on the driver's clock (a figure not read from a clock around those calls fails), a sync ends
+each sample where one is handed, the median is not below the case's cost, times are per call, and two
+workloads' fastest samples keep their known ratio. A judge never raises on an odd answer: it returns
+a failing row. No kernel-side code calls anything here.
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 import statistics
-from typing import Any
+from typing import Any, Callable
 
 from torchcontracts.checks import Case, Comparison
 from torchcontracts.checks.comparison import not_a_result as _not_a_result
-from torchcontracts.lessons.l04_async.workloads import first_unless_the_retry_passes
+from torchcontracts.lessons.l04_async.workloads import SAMPLE_MIN_S, SAMPLES_MIN, SYNCED_KINDS, _num
 
-__all__ = ["SAMPLE_MIN_S", "judge_bench", "judge_speedup"]
+__all__ = [
+    "CLOCK_ABS_S",
+    "CLOCK_REL",
+    "calls_per_sample",
+    "first_unless_the_retry_passes",
+    "judge_bench",
+    "judge_speedup",
+    "unmatched_samples",
+]
 
-SAMPLE_MIN_S = 1e-4  # a timed sample shorter than this measures the clock, not the op
+CLOCK_ABS_S, CLOCK_REL = 5e-7, 1e-4  # slack of a sample against its window: float rounding, a coarser clock
+Judge = Callable[[Case, Any], list[Comparison]]
 
 
-def _num(v: Any) -> float:
-    try:
-        x = float(v)
-    except (TypeError, ValueError, RuntimeError, OverflowError):
-        return math.nan
-    return x
+def calls_per_sample(cost: float) -> int:
+    """The fewest calls of an op of ``cost`` seconds that make a sample of ``SAMPLE_MIN_S``: 25 for 4 us, 1 for 1 ms."""
+    return max(1, math.ceil(SAMPLE_MIN_S / cost - 1e-6))
 
 
 def _row(name: str, ok: bool, good: str, bad: str, **kw: Any) -> Comparison:
     return Comparison.plain(name, ok, good if ok else bad, **kw)
 
 
+def first_unless_the_retry_passes(judge: Judge, case: Case, out: Any) -> list[Comparison]:
+    """The judge's rows for the first attempt, unless it failed and the retry passes every row."""
+    rows = judge(case, out)
+    retry = out.get("retry") if isinstance(out, dict) else None
+    if not all(r.ok for r in rows) and isinstance(retry, dict):
+        again = judge(case, retry)
+        if all(r.ok for r in again):
+            return again
+    return rows
+
+
+def unmatched_samples(samples: list[float], windows: list[tuple[float, float]]) -> int:
+    """How many samples no window can hold, each window holding one sample (greedy: the samples in increasing
+    order, each given the open window that closes first), with ``CLOCK_ABS_S`` and ``CLOCK_REL`` of slack."""
+    slack = [(lo - CLOCK_ABS_S - CLOCK_REL * lo, hi + CLOCK_ABS_S + CLOCK_REL * hi) for lo, hi in windows]
+    slack.sort()
+    open_: list[float] = []
+    missed, i = 0, 0
+    for s in sorted(samples):
+        while i < len(slack) and slack[i][0] <= s:
+            heapq.heappush(open_, slack[i][1])
+            i += 1
+        while open_ and open_[0] < s:  # closed before this sample: no later sample fits it either
+            heapq.heappop(open_)
+        if open_:
+            heapq.heappop(open_)
+        else:
+            missed += 1
+    return missed
+
+
 # --- t1 bench(fn, *args, sync=None) ---------------------------------------------------------------
 
 
 def _bench_rows(
-    label: str,
-    kind: str,
-    first: float,
-    cost: float,
-    stats: Any,
-    times: Any,
-    problem: Any,
-    calls: float,
-    syncs: float,
-    wrong: float,
-    wall: float,
+    label: str, kind: str, cost: float, stats: Any, times: Any, problem: Any, calls: float, wrong: float, windows: Any
 ) -> list[Comparison]:
     try:
         median, iqr, number, warmup, samples = (float(x) for x in stats)
         ts = [float(x) for x in times]
+        win = [(float(lo), float(hi), float(synced)) for lo, hi, synced in windows]
     except (TypeError, ValueError, RuntimeError):
         return [Comparison.plain(label, False, "the driver's record is unreadable: rerun the cell")]
     if problem:
         return [
             Comparison.plain(
-                f"{label}: result", False, f"{problem}: return {{'median_s', 'iqr_s', 'times_s', 'number', 'warmup'}}}}"
+                f"{label}: result", False, f"{problem}: return {{'median_s', 'iqr_s', 'times_s', 'number', 'warmup'}}"
             )
         ]
     finite = all(math.isfinite(x) for x in (median, iqr, number, warmup, *ts))
@@ -81,13 +113,14 @@ def _bench_rows(
             )
         ]
     n, w = int(number), int(warmup)
+    adds_up = calls == w + n * len(ts)
     rows = [
         _row(
             f"{label}: samples",
-            len(ts) >= 5,
+            len(ts) >= SAMPLES_MIN,
             f"{len(ts)} samples",
-            "take at least 5 samples: a spread needs them",
-            expected=">= 5",
+            f"take at least {SAMPLES_MIN} samples: a spread needs them",
+            expected=f">= {SAMPLES_MIN}",
             got=len(ts),
         ),
         _row(
@@ -107,7 +140,7 @@ def _bench_rows(
         ),
         _row(
             f"{label}: calls add up",
-            calls == w + n * len(ts),
+            adds_up,
             "the workload saw exactly what you report",
             f"the workload was called {int(calls)} times, but warmup + number x samples = {w + n * len(ts)}: "
             "count every untimed call (calibration too) in warmup",
@@ -131,27 +164,17 @@ def _bench_rows(
             expected=f">= {SAMPLE_MIN_S * 1e6:.0f} us",
         ),
     ]
-    if kind in ("lazy", "plain", "tiny"):  # spinning workloads: the wall time bounds the number of calls
-        spent = (first - cost if first else 0.0) + calls * cost
-        rows.append(
-            _row(
-                f"{label}: time spent",
-                wall >= 0.9 * spent,
-                "consistent with the calls",
-                "the workload's call count does not fit the time the call took",
-                got=f"{wall:.3g} s",
-            )
-        )
-    if kind == "async":
+    if kind == "async" and adds_up and win:  # a sync() handed: the driver saw where each timed sample's calls end
+        synced = int(sum(s for _, _, s in win))
         rows.append(
             _row(
                 f"{label}: synced",
-                syncs >= len(ts),
-                f"sync() before each clock read ({int(syncs)} syncs)",
-                f"sync() was called {int(syncs)} times for {len(ts)} samples: call it before every clock "
-                "read that ends a sample",
-                expected=f">= {len(ts)}",
-                got=int(syncs),
+                synced == len(win),
+                f"sync() after each sample's calls ({synced})",
+                f"{len(win) - synced} of your {len(win)} samples had no sync() after their calls: call sync() at "
+                "the end of every sample, before the clock read that ends it",
+                expected=f"{len(win)} synced samples",
+                got=synced,
             )
         )
     low, fastest, high = 0.8 * cost, min(ts), 1.5 * cost + 2e-5
@@ -165,10 +188,11 @@ def _bench_rows(
             got=f"{median * 1e6:.3g} us",
         )
     )
+    per_call = fastest <= high
     rows.append(
         _row(
             f"{label}: per call",
-            fastest <= high,
+            per_call,
             "seconds per call",  # the fastest: contention only adds
             "the fastest sample is far above the work's cost: report seconds per call (divide a sample by "
             "its number of calls)",
@@ -176,6 +200,20 @@ def _bench_rows(
             got=f"{fastest * 1e6:.3g} us",
         )
     )
+    if adds_up and per_call and len(win) == len(ts):  # every figure must come from a clock read around its calls
+        missed = unmatched_samples([t * n for t in ts], [(lo, hi) for lo, hi, _ in win])
+        rows.append(
+            _row(
+                f"{label}: timed",
+                missed == 0,
+                "each sample fits the clock around its calls",
+                f"{missed} of your {len(ts)} times_s do not fit the time their calls took on the driver's clock: time "
+                "each sample with time.perf_counter(), read just before its first call and just after its last "
+                "call (and sync), and report it divided by number",
+                expected="0 samples off the clock",
+                got=missed,
+            )
+        )
     return rows
 
 
@@ -187,33 +225,22 @@ def judge_bench(case: Case, out: Any) -> list[Comparison]:
 
 
 def _judge_attempt(case: Case, out: Any) -> list[Comparison]:
-    keys = ("stats", "times", "problems", "calls", "syncs", "wrong_args", "wall", "costs")
+    keys = ("stats", "times", "problems", "calls", "wrong_args", "windows", "costs")
     bad = _not_a_result(out, keys)
     if bad:
         return bad
-    kind, costs, first = case.args
+    kind, costs, _first = case.args
     try:
         truth = [float(c) for c in out["costs"]] if kind == "cuda" else [float(c) for c in costs]
-        calls, syncs = [float(c) for c in out["calls"]], [float(s) for s in out["syncs"]]
-        wrong, wall = [float(x) for x in out["wrong_args"]], [float(x) for x in out["wall"]]
-        stats, times, problems = list(out["stats"]), list(out["times"]), list(out["problems"])
-        assert len(truth) == len(calls) == len(stats) == len(times) == len(problems) == len(syncs) == 2
+        calls, wrong = [float(c) for c in out["calls"]], [float(x) for x in out["wrong_args"]]
+        stats, times, problems, windows = list(out["stats"]), list(out["times"]), list(out["problems"]), out["windows"]
+        assert len(truth) == len(calls) == len(stats) == len(times) == len(problems) == len(windows) == 2
     except (TypeError, ValueError, RuntimeError, AssertionError):
         return [Comparison.plain("result", False, "the driver's record is unreadable: rerun the cell")]
     rows: list[Comparison] = []
     for i, cost in enumerate(truth):
         rows += _bench_rows(
-            f"workload {i + 1}",
-            kind,
-            float(first),
-            cost,
-            stats[i],
-            times[i],
-            problems[i],
-            calls[i],
-            syncs[i],
-            wrong[i],
-            wall[i],
+            f"workload {i + 1}", kind, cost, stats[i], times[i], problems[i], calls[i], wrong[i], windows[i]
         )
     if all(r.ok for r in rows):  # the fastest samples: contention only adds time, so they keep the ratio
         m1, m2 = min(float(x) for x in times[0]), min(float(x) for x in times[1])
@@ -242,7 +269,7 @@ def judge_speedup(case: Case, out: Any) -> list[Comparison]:
 
 
 def _judge_speedup_attempt(case: Case, out: Any) -> list[Comparison]:
-    bad = _not_a_result(out, ("ratio", "calls", "wrong_args"))
+    bad = _not_a_result(out, ("ratio", "calls", "wrong_args", "runs", "wall"))
     if bad:
         return bad
     kind, cost_a, cost_b, first_a = case.args
@@ -251,7 +278,10 @@ def _judge_speedup_attempt(case: Case, out: Any) -> list[Comparison]:
     try:
         calls = [int(c) for c in out["calls"]]
         wrong = int(out["wrong_args"])
-    except (TypeError, ValueError, RuntimeError):
+        runs = [(int(a), int(b)) for a, b in out["runs"]]
+        wall = float(out["wall"])
+        assert len(calls) == 2
+    except (TypeError, ValueError, RuntimeError, AssertionError):
         return [Comparison.plain("result", False, "the driver's record is unreadable: rerun the cell")]
     if not math.isfinite(got) or got <= 0:
         return [
@@ -274,7 +304,7 @@ def _judge_speedup_attempt(case: Case, out: Any) -> list[Comparison]:
         status = "off: the work is queued; call sync() before reading the clock"
     else:
         status = "off: repeat each op in samples long enough for the clock, and compare medians"
-    return [
+    rows = [
         _row("speedup", ok, status, status, expected=f"{want:.3g}", got=f"{got:.3g}", diff=abs(got - want)),
         _row(
             "args",
@@ -283,11 +313,58 @@ def _judge_speedup_attempt(case: Case, out: Any) -> list[Comparison]:
             "call fn(*args): pass the arguments on, unchanged",
             got=f"{wrong} calls with other arguments",
         ),
-        _row(
-            "repeats",
-            min(calls) >= 3,
-            "each op ran several times",
-            "run each op more than once: one call is one sample of noise",
-            got=calls,
-        ),
     ]
+    return rows + _sample_size_rows(kind, (float(cost_a), float(cost_b)), float(first_a), calls, runs, wall)
+
+
+def _sample_size_rows(
+    kind: str, costs: tuple[float, float], first_a: float, calls: list[int], runs: list[tuple[int, int]], wall: float
+) -> list[Comparison]:
+    """t4's stated sample size, on the driver's own counts: a warm-up and ``SAMPLES_MIN`` samples of at least
+    ``calls_per_sample(cost)`` calls each (in all; and, where a sync() was handed, sample by sample: the calls of one
+    function between two syncs), and the calls must fit the time the learner's function took."""
+    rows = []
+    for i, (name, cost) in enumerate(zip(("fn_a", "fn_b"), costs)):
+        n = calls_per_sample(cost)
+        need = 1 + SAMPLES_MIN * n
+        rule = (
+            f"a warm-up and at least {SAMPLES_MIN} samples of at least {n} call(s) each (an op of "
+            f"{cost * 1e6:.3g} us: {n} call(s) last {SAMPLE_MIN_S * 1e6:.0f} us)"
+        )
+        rows.append(
+            _row(
+                f"{name}: calls",
+                calls[i] >= need,
+                f"{calls[i]} calls",
+                f"{name} was called {calls[i]} times; {rule} take at least {need}",
+                expected=f">= {need}",
+                got=calls[i],
+            )
+        )
+        if kind in SYNCED_KINDS:
+            full = sum(1 for run in runs if run[i] >= n and run[1 - i] == 0)
+            rows.append(
+                _row(
+                    f"{name}: samples",
+                    full >= SAMPLES_MIN,
+                    f"{full} samples of >= {n} calls",
+                    f"{full} of {name}'s samples (its calls between two sync()s, no other calls) had at least {n} "
+                    f"call(s): take {rule}, and call sync() at the end of each sample; a sample of one call times "
+                    "the clock, not the op",
+                    expected=f">= {SAMPLES_MIN}",
+                    got=full,
+                )
+            )
+    if kind not in ("async",):  # spinning workloads: the wall time bounds the number of calls
+        spent = (first_a - costs[0] if first_a and calls[0] else 0.0) + calls[0] * costs[0] + calls[1] * costs[1]
+        rows.append(
+            _row(
+                "time spent",
+                wall >= 0.9 * spent,
+                "consistent with the calls",
+                "the workloads' call counts do not fit the time the call took",
+                expected=f">= {0.9 * spent:.3g} s",
+                got=f"{wall:.3g} s",
+            )
+        )
+    return rows

@@ -18,21 +18,10 @@ from torch import nn
 
 from torchcontracts.checks import Case, Comparison, compare, short
 from torchcontracts.checks.comparison import not_a_result as _not_a_result
-from torchcontracts.lessons.l06_training.lab05_parts import HIDDEN, IN, TRACE, train_plain
+from torchcontracts.lessons.l06_training.lab05_parts import TRACE, _amp_parts, make_mlp, train_plain
 from torchcontracts.lessons.l06_training.training import first_difference
 
 __all__ = ["SOURCES", "judge_accum", "judge_amp", "judge_resume", "judge_seeding", "make_mlp", "reference_amp_step"]
-
-
-def make_mlp(weights: Sequence[torch.Tensor] | None = None, seed: int = 0) -> nn.Sequential:
-    """Linear(6, 32) -> Tanh -> Linear(32, 1), with ``weights`` (``state_dict().values()``) if given."""
-    torch.manual_seed(seed)
-    model = nn.Sequential(nn.Linear(IN, HIDDEN), nn.Tanh(), nn.Linear(HIDDEN, 1))
-    if weights is not None:
-        with torch.no_grad():
-            for p, w in zip(model.state_dict().values(), weights):
-                p.copy_(w)
-    return model
 
 
 def _tensors(x: Any) -> list[torch.Tensor] | None:
@@ -129,13 +118,6 @@ def judge_accum(case: Case, out: Any) -> list[Comparison]:
 # --- t2 amp_step: bf16 autocast with a GradScaler -----------------------------------------------------
 
 
-def _amp_parts(weights: Sequence[torch.Tensor], init_scale: float) -> tuple[nn.Sequential, Any, Any]:
-    model = make_mlp(weights)
-    opt = torch.optim.SGD(model.parameters(), lr=0.5)
-    scaler = torch.amp.GradScaler("cpu", init_scale=init_scale, growth_interval=2)
-    return model, opt, scaler
-
-
 def reference_amp_step(
     model: nn.Module, opt: torch.optim.Optimizer, scaler: Any, x: torch.Tensor, y: torch.Tensor, max_norm: float
 ) -> bool:
@@ -185,13 +167,18 @@ def judge_amp(case: Case, out: Any) -> list[Comparison]:
         for i, (p, w) in enumerate(zip(params, want_params)):
             why = (
                 "at an overflow step the parameters must not change: let scaler.step(opt) skip the step"
-                if not torch.isfinite(xs[i]).all()
+                if not want_stepped[i]
                 else "parameters differ: zero the grads, scale(loss).backward(), unscale_ before clipping to max_norm, "
                 "then scaler.step(opt) and scaler.update()"
             )
             rows.append(_with_status(compare(f"parameters after step {i}", p, w, atol=1e-4, rtol=1e-4), why))
     stepped = out["stepped"]
     ok = isinstance(stepped, (list, tuple)) and list(stepped) == want_stepped
+    inside = [
+        i
+        for i, (got, want) in enumerate(zip(stepped if isinstance(stepped, (list, tuple)) else [], want_stepped))
+        if got is not want and bool(torch.isfinite(xs[i]).all() and torch.isfinite(ys[i]).all())
+    ]
     rows.append(
         Comparison.plain(
             "returned: step taken?",
@@ -199,7 +186,13 @@ def judge_amp(case: Case, out: Any) -> list[Comparison]:
             "right"
             if ok
             else "return True when the optimizer stepped and False when the scaler skipped it "
-            "(scaler.step returns None either way: compare the scale before and after update())",
+            "(scaler.step returns None either way: compare the scale before and after update())"
+            + (
+                f"; the batch of step {inside[0]} was finite: an overflow can happen inside the step (the scaled "
+                "gradients), so judge by the scaler, not by the batch or the loss"
+                if inside
+                else ""
+            ),
             expected=None if ok else want_stepped,
             got=None if ok else stepped,
         )
@@ -221,7 +214,7 @@ def judge_amp(case: Case, out: Any) -> list[Comparison]:
 
 # --- t3 seed_worker: distinct, epoch-varying, reproducible draws -------------------------------------------
 
-SOURCES = ("self.rng (the dataset's Generator)", "np.random", "random", "torch")
+SOURCES = ("self.rng (the dataset's random.Random)", "np.random", "random", "torch")
 
 
 def judge_seeding(case: Case, out: Any) -> list[Comparison]:
@@ -229,7 +222,7 @@ def judge_seeding(case: Case, out: Any) -> list[Comparison]:
     bad = _not_a_result(out, ("a", "b", "c"))
     if bad:
         return bad
-    seed, workers, epochs, n = case.args
+    seed, workers, epochs, n = case.args[:4]
     a, b, c = out["a"], out["b"], out["c"]
     if not all(isinstance(t, torch.Tensor) and t.shape == (epochs, n, 6) for t in (a, b, c)):
         return [Comparison.plain("draws", False, f"expected three tensors of shape ({epochs}, {n}, 6)", got=short(a))]
@@ -245,7 +238,12 @@ def judge_seeding(case: Case, out: Any) -> list[Comparison]:
                 "distinct across workers",
                 distinct,
                 "workers drew the same values: each worker got a copy of the "
-                "same state; reseed it in worker_init_fn from torch.initial_seed()",
+                "same state; reseed it in worker_init_fn from torch.initial_seed()"
+                + (
+                    " (here the loader's dataset is a Subset: the DrawDataset is its .dataset)"
+                    if len(case.args) > 4 and case.args[4]
+                    else ""
+                ),
             ),
             (
                 "new each epoch",
@@ -273,13 +271,36 @@ def judge_seeding(case: Case, out: Any) -> list[Comparison]:
 # --- t4 train: a bitwise-exact resume ----------------------------------------------------------------------
 
 
-def judge_resume(case: Case, out: Any) -> list[Comparison]:
-    """t4: the uninterrupted run follows the recipe; after resuming, the same batches, the same dropout masks,
-    and bitwise-equal parameters."""
-    keys = ("steps", "full", "resumed", "full_x", "resumed_x", "full_mask", "resumed_mask")
-    bad = _not_a_result(out, keys)
+def _joined(case: Case, answers: Any) -> dict[str, Any] | list[Comparison]:
+    """The answers of a t4 case's calls (``run_resume``: the first, then one per resume) as one result."""
+    calls, keys = len(case.args[2]) + 1, {"step", "params", "x", "mask"}
+    if not isinstance(answers, list) or not answers or not all(isinstance(a, dict) for a in answers):
+        return [Comparison.plain("result", False, "the driver's answers are malformed: rerun the cell")]
+    first, last = answers[0], answers[-1]
+    bad = _not_a_result(first, ("full_step", "full", "full_x", "full_mask", *sorted(keys)))
     if bad:
         return bad
+    if len(answers) != calls or any(not keys <= set(a) for a in answers):
+        why = "the run was not resumed at every cut: return a checkpoint dict from every call"
+        return [Comparison.plain("resumes", False, why, expected=calls, got=len(answers))]
+    if not all(isinstance(v, torch.Tensor) and v.numel() == 1 for v in (first["full_step"], last["step"])):
+        return [Comparison.plain("result", False, "the driver's steps are malformed: rerun the cell")]
+    parts = {k: [_tensors(a[k]) for a in answers] for k in ("x", "mask")}
+    return {
+        "steps": torch.stack([first["full_step"].reshape(()), last["step"].reshape(())]),
+        **{k: first[k] for k in ("full", "full_x", "full_mask")},
+        "resumed": last["params"],
+        **{f"resumed_{k}": None if None in p else [t for q in p for t in q] for k, p in parts.items()},
+    }
+
+
+def judge_resume(case: Case, out: Any) -> list[Comparison]:
+    """t4: the uninterrupted run follows the recipe; after each resume (at grading, in a process that never ran
+    the earlier calls), the same batches, the same dropout masks, and bitwise-equal parameters."""
+    out = _joined(case, out)
+    if isinstance(out, list):
+        return out
+    keys = ("steps", "full", "resumed", "full_x", "resumed_x", "full_mask", "resumed_mask")
     seed, steps, stops = case.args
     lists = {k: _tensors(out[k]) for k in keys[1:]}
     if (

@@ -4,13 +4,17 @@
 ``torch.Generator``); ``train_step`` trains on one batch; ``train_plain`` is the recipe without checkpoints
 that an uninterrupted ``train`` must compute. Hooks that ``setup`` registers record each training
 forward's batch and dropout mask in ``TRACE``, which the t4 checks compare. ``DrawDataset`` (t3) draws
-from four RNGs the way augmentations do. The checks live in ``lab05_reproducible_training``.
+from four RNGs the way augmentations do, one of them its own ``random.Random`` (``self.rng``), which lesson 05's
+``seed_worker`` does not reseed. ``LIVE`` holds a weak reference to each model ``setup`` builds, so the t4
+driver can tell a ``train`` that keeps its run alive after it returns. The checks live in
+``lab05_reproducible_training``.
 """
 
 from __future__ import annotations
 
 import random
-from typing import Any
+import weakref
+from typing import Any, Sequence
 
 import numpy as np
 import torch
@@ -20,8 +24,10 @@ from torch.utils.data import DataLoader, Dataset, TensorDataset, get_worker_info
 
 __all__ = [
     "BATCH",
+    "make_mlp",
     "IN",
     "HIDDEN",
+    "LIVE",
     "N_POINTS",
     "POINTS",
     "TRACE",
@@ -36,11 +42,12 @@ IN, HIDDEN = 6, 32
 
 
 class DrawDataset(Dataset):
-    """Each item draws from four RNGs, as augmentations do; ``self.rng`` is a NumPy Generator made in ``__init__``."""
+    """Each item draws from four RNGs, as augmentations do; ``self.rng`` is the dataset's own ``random.Random``,
+    made (and seeded) once in ``__init__``, so every worker process starts with a copy of the same state."""
 
     def __init__(self, n: int = 8) -> None:
         self.n = n
-        self.rng = np.random.default_rng(0)
+        self.rng = random.Random(0)
 
     def __len__(self) -> int:
         return self.n
@@ -50,7 +57,7 @@ class DrawDataset(Dataset):
         return (
             float(index),
             float(-1 if info is None else info.id),
-            float(self.rng.random()),
+            self.rng.random(),
             float(np.random.random()),
             random.random(),
             float(torch.rand(())),
@@ -61,6 +68,7 @@ class DrawDataset(Dataset):
 
 N_POINTS, BATCH = 40, 8
 TRACE: dict[str, list[torch.Tensor]] = {"x": [], "mask": []}  # what each training forward saw (hooks of setup)
+LIVE: list[weakref.ref] = []  # the models setup() built (weakly): does one outlive the call that built it?
 
 
 def _points() -> TensorDataset:
@@ -92,6 +100,7 @@ def setup(seed: int) -> tuple[nn.Sequential, torch.optim.Optimizer, Any, DataLoa
     loader = DataLoader(POINTS, batch_size=BATCH, shuffle=True, generator=gen)
     model[0].register_forward_pre_hook(_log_batch)
     model[1].register_forward_hook(_log_mask)
+    LIVE.append(weakref.ref(model))
     return model, opt, sched, loader, gen
 
 
@@ -123,3 +132,21 @@ def train_plain(seed: int, steps: int) -> dict[str, Any]:
             if step == steps:
                 break
     return {"step": step, "model": model.state_dict()}
+
+
+def make_mlp(weights: Sequence[torch.Tensor] | None = None, seed: int = 0) -> nn.Sequential:
+    """Linear(6, 32) -> Tanh -> Linear(32, 1), with ``weights`` (``state_dict().values()``) if given."""
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(IN, HIDDEN), nn.Tanh(), nn.Linear(HIDDEN, 1))
+    if weights is not None:
+        with torch.no_grad():
+            for p, w in zip(model.state_dict().values(), weights):
+                p.copy_(w)
+    return model
+
+
+def _amp_parts(weights: Sequence[torch.Tensor], init_scale: float) -> tuple[nn.Sequential, Any, Any]:
+    model = make_mlp(weights)
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    scaler = torch.amp.GradScaler("cpu", init_scale=init_scale, growth_interval=2)
+    return model, opt, scaler

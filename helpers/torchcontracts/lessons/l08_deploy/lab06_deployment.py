@@ -112,7 +112,7 @@ def pt2_bytes(program: Any) -> bytes:
 
 def export_fixed(fn: Callable[..., Any], case: Case) -> dict[str, Any]:
     """t1 driver: ``fn(model)`` must return a module; export it as the grader would, and return the .pt2."""
-    state, example, _inputs = case.args
+    state, example, _batch = case.args
     out = fn(make_fragile(state))
     if not isinstance(out, nn.Module):
         raise TypeError(f"return an nn.Module (the exportable model), got {type(out).__name__}")
@@ -133,7 +133,7 @@ def export_fixed(fn: Callable[..., Any], case: Case) -> dict[str, Any]:
 
 def save_program(fn: Callable[..., Any], case: Case) -> dict[str, Any]:
     """t2 driver: ``fn(model, example)`` returns an ExportedProgram; return its .pt2 bytes."""
-    state, example, _inputs = case.args
+    state, example, _batches = case.args
     program = fn(make_classifier(state), example.clone())
     blob = pt2_bytes(program)
     with torch.no_grad():
@@ -143,7 +143,7 @@ def save_program(fn: Callable[..., Any], case: Case) -> dict[str, Any]:
 
 def onnx_bytes(fn: Callable[..., Any], case: Case) -> dict[str, Any]:
     """t3 driver: ``fn(model, example)`` returns an ONNXProgram (or a ModelProto, or bytes); return the bytes."""
-    state, example, _inputs = case.args
+    state, example, _batches = case.args
     out = fn(make_upsampler(state), example.clone())
     if isinstance(out, (bytes, bytearray)):
         return {"onnx": bytes(out)}
@@ -158,7 +158,7 @@ def onnx_bytes(fn: Callable[..., Any], case: Case) -> dict[str, Any]:
 
 def quantized_bytes(fn: Callable[..., Any], case: Case) -> dict[str, Any]:
     """t4 driver: ``fn(model)`` returns the quantized model; return ``torch.save(model.state_dict())`` bytes."""
-    state, _inputs = case.args
+    state, _n = case.args
     out = fn(make_mlp(state))
     if not isinstance(out, nn.Module):
         raise TypeError(f"return the quantized nn.Module, got {type(out).__name__}")
@@ -201,7 +201,7 @@ lab = LabSpec(
         Check(
             "t4",
             "t4 smaller, quantized, within the accuracy budget",
-            lambda seed: [mlp_case("MLP, 512 fixed inputs", seed)],
+            lambda seed: [mlp_case("MLP, 512 inputs", seed)],
             judge_quantized,
             call=quantized_bytes,
         ),

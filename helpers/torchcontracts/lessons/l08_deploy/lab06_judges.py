@@ -1,7 +1,8 @@
 """Lab 06's judges: they run in the grader's process and hand each artefact to the grading sandbox.
 
 A judge never loads a learner's file here: ``grading.api.evaluate`` runs it in a separate sandboxed process
-on the case's inputs, and the judge compares what came back with its own reference model (``lab06_models``).
+on inputs the judge draws from the artefact's own bytes (``lab06_models.judging_inputs``: the kernel that made
+the file never saw them), and the judge compares what came back with its own reference model (``lab06_models``).
 Lab checks reach the grader only through ``torchcontracts.grading.api``, its public face.
 """
 
@@ -25,7 +26,9 @@ from torchcontracts.lessons.l08_deploy.lab06_models import (
     make_fragile,
     make_mlp,
     make_upsampler,
+    judging_inputs,
 )
+
 
 __all__ = ["artefact_rows", "judge_dynamic", "judge_exportable", "judge_onnx", "judge_quantized"]
 
@@ -97,8 +100,9 @@ def judge_exportable(case: Case, out: Any) -> list[Comparison]:
     blob = _blob(out, "pt2")
     if blob is None:
         return _no_blob("pt2", out)
-    state, example, inputs = case.args
+    state, example, _batch = case.args
     ref = make_fragile(state).eval()
+    inputs = judging_inputs("t1", case, blob)
     rows = [_example_row(out, ref(example).detach())]
     got, ev = artefact_rows(
         "pt2", blob, inputs, ref, ("output",), labels=["h.mean() < 0.5 batch", "h.mean() > 0.5 batch"]
@@ -172,8 +176,9 @@ def judge_dynamic(case: Case, out: Any) -> list[Comparison]:
     blob = _blob(out, "pt2")
     if blob is None:
         return _no_blob("pt2", out)
-    state, example, inputs = case.args
+    state, example, _batches = case.args
     ref = make_classifier(state).eval()
+    inputs = judging_inputs("t2", case, blob)
     got, ev = artefact_rows("pt2", blob, inputs, ref, ("logits",))
     info = ev.info if isinstance(ev.info, dict) else {}
     rows = []
@@ -196,7 +201,8 @@ def judge_onnx(case: Case, out: Any) -> list[Comparison]:
     blob = _blob(out, "onnx")
     if blob is None:
         return _no_blob("onnx", out)
-    state, _example, inputs = case.args
+    state, _example, _batches = case.args
+    inputs = judging_inputs("t3", case, blob)
     got, ev = artefact_rows("onnx", blob, inputs, make_upsampler(state), ("heat", "score"))
     opset = ev.info.get("opset") if isinstance(ev.info, dict) else None
     rows = []
@@ -220,8 +226,9 @@ def judge_quantized(case: Case, out: Any) -> list[Comparison]:
     blob = _blob(out, "state_dict")
     if blob is None:
         return _no_blob("state_dict", out)
-    state, inputs = case.args
+    state, _n = case.args
     ref = make_mlp(state)
+    (inputs,) = judging_inputs("t4", case, blob)
     buf = io.BytesIO()
     torch.save(ref.state_dict(), buf)
     ratio = len(buf.getvalue()) / len(blob)

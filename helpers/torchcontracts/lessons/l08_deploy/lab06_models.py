@@ -1,11 +1,17 @@
-"""Lab 06's models and cases: the networks the tasks hand out, and the inputs the checks make from a seed.
+"""Lab 06's models and cases: the networks the tasks hand out, and the inputs the judges draw.
 
 Both sides use them: the call drivers (in the learner's kernel) rebuild a case's model from its weights, and
-the judges (in the grader) build the reference model the artefact must match. The public names stay
-importable from ``lab06_deployment``, which the lab notebook imports.
+the judges (in the grader) build the reference model the artefact must match. A case carries the model's
+weights, the export example and the batch sizes to judge at, never the judging inputs themselves: the judge
+draws those (``judging_inputs``) from a hash of the artefact's own bytes, so they exist only once the file
+does, and a file cannot special-case them (it would have to hold values derived from its own hash). The same
+file is judged on the same inputs every time. The public names stay importable from ``lab06_deployment``,
+which the lab notebook imports.
 """
 
 from __future__ import annotations
+
+import hashlib
 
 import torch
 import torch.nn.functional as F
@@ -26,6 +32,8 @@ __all__ = [
     "branch_inputs",
     "classifier_case",
     "fragile_case",
+    "judging_generator",
+    "judging_inputs",
     "make_classifier",
     "make_fragile",
     "make_mlp",
@@ -145,42 +153,51 @@ def branch_inputs(model: FragileNet, g: torch.Generator, batch: int = 8) -> list
 
 
 def fragile_case(label: str, seed: int, batch: int = 8) -> Case:
+    """t1: FragileNet's weights (with its ``offset``), an export example, and the batch size to judge at."""
     model = make_fragile(seed=seed)
     g = torch.Generator().manual_seed(seed + 11)
     return Case(
-        label,
-        (
-            {**state_of(model), "offset": model.offset.clone()},
-            torch.randn(batch, 16, generator=g),
-            branch_inputs(model, g, batch),
-        ),
+        label, ({**state_of(model), "offset": model.offset.clone()}, torch.randn(batch, 16, generator=g), batch)
     )
 
 
 def classifier_case(label: str, seed: int, batches: tuple[int, ...]) -> Case:
+    """t2: the classifier's weights, an export example of batch 4, and the batch sizes to judge at."""
     g = torch.Generator().manual_seed(seed + 21)
-    return Case(
-        label,
-        (
-            state_of(make_classifier(seed=seed)),
-            torch.randn(4, 3, 12, 12, generator=g),
-            [torch.randn(b, 3, 12, 12, generator=g) for b in batches],
-        ),
-    )
+    return Case(label, (state_of(make_classifier(seed=seed)), torch.randn(4, 3, 12, 12, generator=g), tuple(batches)))
 
 
 def upsampler_case(label: str, seed: int, batches: tuple[int, ...]) -> Case:
+    """t3: the upsampler's weights, an export example of batch 4, and the batch sizes to judge at."""
     g = torch.Generator().manual_seed(seed + 31)
-    return Case(
-        label,
-        (
-            state_of(make_upsampler(seed=seed)),
-            torch.randn(4, 3, 8, 8, generator=g),
-            [torch.randn(b, 3, 8, 8, generator=g) for b in batches],
-        ),
-    )
+    return Case(label, (state_of(make_upsampler(seed=seed)), torch.randn(4, 3, 8, 8, generator=g), tuple(batches)))
 
 
 def mlp_case(label: str, seed: int, n: int = 512) -> Case:
-    g = torch.Generator().manual_seed(seed + 41)
-    return Case(label, (state_of(make_mlp(seed=seed)), torch.randn(n, MLP_WIDTHS[0], generator=g)))
+    """t4: the MLP's weights and how many inputs to judge its accuracy on."""
+    return Case(label, (state_of(make_mlp(seed=seed)), n))
+
+
+def judging_generator(blob: bytes, label: str) -> torch.Generator:
+    """A generator seeded by a hash of the artefact's bytes (and the case's label): the judge's inputs are
+    fixed by the file, drawn after it exists, and unknown to the kernel that made it."""
+    digest = hashlib.sha256(label.encode() + b"\0" + bytes(blob)).digest()
+    return torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") >> 1)
+
+
+def judging_inputs(task: str, case: Case, blob: bytes) -> list[torch.Tensor]:
+    """The inputs a judge runs an artefact on: drawn here, in the grader, from the artefact's own bytes.
+
+    t1: two batches on either side of FragileNet's branch; t2 and t3: one batch per batch size; t4: one
+    batch of ``n`` inputs."""
+    g = judging_generator(blob, f"{task}:{case.label}")
+    if task == "t1":
+        state, _example, batch = case.args
+        return branch_inputs(make_fragile(state), g, int(batch))
+    if task == "t2":
+        return [torch.randn(b, 3, 12, 12, generator=g) for b in case.args[2]]
+    if task == "t3":
+        return [torch.randn(b, 3, 8, 8, generator=g) for b in case.args[2]]
+    if task == "t4":
+        return [torch.randn(int(case.args[1]), MLP_WIDTHS[0], generator=g)]
+    raise ValueError(f"no judging inputs for task {task!r}")

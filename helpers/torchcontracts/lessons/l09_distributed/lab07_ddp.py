@@ -4,56 +4,61 @@ Every check runs the learner's per-rank function on a real gloo group of forked 
 (``torchcontracts.lessons.l09_distributed.rank_runner``), inside the grader's sandboxed kernel as in the notebook:
 
 * t1 ``ddp_grads``: DDP gradients on uneven shards must equal the single-process gradient of the
-  global batch;
+  global batch, and what each rank hands to DDP's all-reduce must be a gradient of its own shard (recorded by a
+  communication hook on every DDP the learner builds: ``lab07_reducer``);
 * t2 ``rank_indices``: ``DistributedSampler`` sharding, disjoint and complete, reshuffled by ``set_epoch``;
-* t3 ``accumulate``: gradient accumulation with ``no_sync``, judged by the gradients and by the number of
-  all-reduces a comm hook counted.
+* t3 ``accumulate``: gradient accumulation with ``no_sync``, judged by the gradients and by what only real
+  accumulation produces: the pattern of forwards (their rows), backwards, ``no_sync`` windows and all-reduces that
+  hooks on DDP's own machinery recorded in each rank (``lab07_accum``); a forward of more rows than one micro-batch
+  raises, as the whole batch "does not fit".
 
 Why a learner cannot forge t1 and t3 without a process group: the data is drawn *after* the workers
 are forked and each rank receives only its own shard, so no rank can compute the global gradient
-alone. The judge recomputes the single-process reference from the data the driver returns. A
-rank that raises, dies or hangs fails the check with the runner's one-line reason, and no worker
-outlives the call.
+alone. The judge recomputes the single-process reference from the data the driver returns, by the chain rule
+(``lab07_judges.mlp_grads``: the process that forks the ranks never runs ``backward()``, which on a GPU machine
+would stop every later rank from running one). A rank that raises, dies or hangs fails the check with the
+runner's one-line reason, and no worker outlives the call.
 
 Public names the hidden-check cells build on: ``weights_case``, ``sampler_case``, ``accum_case``,
 ``judge_grads``, ``judge_indices``, ``judge_accum`` and the drivers ``run_ddp_grads``, ``run_indices``,
-``run_accumulate``. Judges never raise on an odd answer: they return a failing row. The judges, their
-references and ``make_model`` live in ``lab07_judges``; every public name is importable from here.
+``run_accumulate``. Judges never raise on an odd answer: they return a failing row. The judges of t1 and t2,
+their references live in ``lab07_judges``, t3's judge (``pattern``, ``expected_pattern``, ``judge_accum``) in
+``lab07_accum_judges``; the graded kernel sees neither. ``make_model`` and the sizes live in ``lab07_parts``,
+t3's rank setup (``t3_rank``) in ``lab07_accum``. Every public name is importable from here.
 """
 
 from __future__ import annotations
 
-import math
 import secrets
 from typing import Any, Callable, Sequence
 
 import torch
 import torch._dynamo  # noqa: F401  DDP's constructor imports it: import it once here, before the workers fork
-import torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel as DDP
 
 from torchcontracts.checks import Case, Check, LabSpec, Task
+from torchcontracts.lessons.l09_distributed.lab07_accum import t3_rank
+from torchcontracts.lessons.l09_distributed.lab07_accum_judges import expected_pattern, judge_accum, pattern
 from torchcontracts.lessons.l09_distributed.lab07_judges import (
-    IN,
-    OUT,
-    judge_accum,
     judge_grads,
     judge_indices,
-    make_model,
     reference_grads,
     reference_indices,
 )
+from torchcontracts.lessons.l09_distributed.lab07_parts import IN, OUT, make_model
+from torchcontracts.lessons.l09_distributed.lab07_reducer import t1_rank
 from torchcontracts.lessons.l09_distributed.rank_runner import run_ranks
 
 __all__ = [
     "IN",
     "OUT",
     "accum_case",
+    "expected_pattern",
     "judge_accum",
     "judge_grads",
     "judge_indices",
     "lab",
     "make_model",
+    "pattern",
     "reference_grads",
     "reference_indices",
     "run_accumulate",
@@ -91,18 +96,6 @@ def _t1_cases(seed: int) -> list[Case]:
     ]
 
 
-def _t1_rank(
-    fn: Callable[..., Any],
-    rank: int,
-    world: int,
-    weights: list[torch.Tensor],
-    x: torch.Tensor,
-    y: torch.Tensor,
-    n_global: int,
-) -> Any:
-    return fn(rank, world, make_model(weights), x, y, n_global)
-
-
 def run_ddp_grads(fn: Callable[..., Any], case: Case) -> dict[str, Any]:
     """Call driver: draw the global batch after the workers fork, send each rank its shard, collect its gradients."""
     weights, sizes = case.args
@@ -112,7 +105,7 @@ def run_ddp_grads(fn: Callable[..., Any], case: Case) -> dict[str, Any]:
         data["x"], data["y"] = _fresh(sum(sizes))
         return [(weights, xs, ys, sum(sizes)) for xs, ys in zip(data["x"].split(sizes), data["y"].split(sizes))]
 
-    run = run_ranks(lambda r, w, *a: _t1_rank(fn, r, w, *a), len(sizes), inputs, timeout=TIMEOUT, pg_timeout=PG_TIMEOUT)
+    run = run_ranks(lambda r, w, *a: t1_rank(fn, r, w, *a), len(sizes), inputs, timeout=TIMEOUT, pg_timeout=PG_TIMEOUT)
     return {"x": data["x"], "y": data["y"], "grads": run.results}
 
 
@@ -150,41 +143,18 @@ def _t3_cases(seed: int) -> list[Case]:
     return [accum_case("2 ranks, 4 micro-batches of 4 rows", seed + 2, 2, 4, 4)]
 
 
-def _t3_rank(
-    fn: Callable[..., Any],
-    rank: int,
-    world: int,
-    weights: list[torch.Tensor],
-    batches: list[tuple[torch.Tensor, torch.Tensor]],
-) -> dict[str, Any]:
-    model = make_model(weights)
-    calls: list[int] = []
-
-    def counting_hook(state, bucket):  # type: ignore[no-untyped-def]  # DDP's all-reduce (average), counted
-        # (no annotations: DDP refuses a hook whose ``bucket`` annotation is not dist.GradBucket)
-        calls.append(bucket.index())
-        return dist.all_reduce(bucket.buffer() / world, async_op=True).get_future().then(lambda f: f.value()[0])
-
-    ddp = DDP(model)
-    ddp.register_comm_hook(None, counting_hook)
-    fn(rank, world, ddp, batches)
-    grads = [
-        p.grad.detach().clone() if p.grad is not None else torch.full_like(p, math.nan) for p in model.parameters()
-    ]
-    return {"grads": grads, "allreduces": len(calls)}
-
-
 def run_accumulate(fn: Callable[..., Any], case: Case) -> dict[str, Any]:
-    """Call driver: fresh micro-batches per rank after the fork; return the data, gradients and all-reduce counts."""
+    """Call driver: fresh micro-batches per rank after the fork; return the data, and each rank's gradients and the
+    record of its forwards, backwards and all-reduces (``lab07_accum.t3_rank``)."""
     weights, world, micro, rows = case.args
     data: dict[str, torch.Tensor] = {}
 
     def inputs() -> list[tuple[Any, ...]]:
         data["x"], data["y"] = _fresh(world * micro * rows)
         xs, ys = data["x"].split(micro * rows), data["y"].split(micro * rows)
-        return [(weights, list(zip(xr.split(rows), yr.split(rows)))) for xr, yr in zip(xs, ys)]
+        return [(weights, rows, list(zip(xr.split(rows), yr.split(rows)))) for xr, yr in zip(xs, ys)]
 
-    run = run_ranks(lambda r, w, *a: _t3_rank(fn, r, w, *a), world, inputs, timeout=TIMEOUT, pg_timeout=PG_TIMEOUT)
+    run = run_ranks(lambda r, w, *a: t3_rank(fn, r, w, *a), world, inputs, timeout=TIMEOUT, pg_timeout=PG_TIMEOUT)
     return {"x": data["x"], "y": data["y"], "ranks": run.results}
 
 
@@ -209,6 +179,12 @@ lab = LabSpec(
     checks=[
         Check("t1", "t1 gradients equal the single-process gradients", _t1_cases, judge_grads, call=run_ddp_grads),
         Check("t2", "t2 shards are complete, disjoint and reshuffled", _t2_cases, judge_indices, call=run_indices),
-        Check("t3", "t3 one all-reduce, the global gradient", _t3_cases, judge_accum, call=run_accumulate),
+        Check(
+            "t3",
+            "t3 a forward and backward per micro-batch, one all-reduce in the last, the global gradient",
+            _t3_cases,
+            judge_accum,
+            call=run_accumulate,
+        ),
     ],
 )

@@ -1,4 +1,5 @@
-"""Lab 07's grader half: the judges of its three tasks, their single-process references, and the lab's model.
+"""Lab 07's grader half: the judges of t1 and t2, the single-process references, and the lab's model (t3's judge,
+which reads the pattern its rank setup recorded, is in ``lab07_accum``).
 
 A judge runs in the grader's own process on what a call driver (in ``lab07_ddp``, which re-exports
 every public name here) returned: it recomputes the single-process gradient of the global batch from
@@ -13,44 +14,48 @@ import math
 from typing import Any, Sequence
 
 import torch
-import torch.nn.functional as F
-from torch import nn
 from torch.utils.data.distributed import DistributedSampler
 
 from torchcontracts.checks import Case, Comparison, compare, short
 from torchcontracts.checks.comparison import not_a_result as _not_a_result
+from torchcontracts.lessons.l09_distributed.lab07_parts import IN, OUT, make_model
 
 __all__ = [
     "IN",
     "OUT",
-    "judge_accum",
     "judge_grads",
     "judge_indices",
     "make_model",
+    "mlp_grads",
     "reference_grads",
     "reference_indices",
 ]
 
-IN, OUT = 6, 2
 ATOL, RTOL = 1e-5, 1e-4
 
 
-def make_model(weights: Sequence[torch.Tensor] | None = None, seed: int = 0) -> nn.Sequential:
-    """The lab's model: Linear(6, 16) -> Tanh -> Linear(16, 2), with ``weights`` when given."""
-    torch.manual_seed(seed)
-    model = nn.Sequential(nn.Linear(IN, 16), nn.Tanh(), nn.Linear(16, OUT))
-    if weights is not None:
-        with torch.no_grad():
-            for p, w in zip(model.parameters(), weights):
-                p.copy_(w)
-    return model
+def mlp_grads(weights: Sequence[torch.Tensor], x: torch.Tensor, y: torch.Tensor) -> list[torch.Tensor]:
+    """The gradient of ``mse_loss(Linear -> Tanh -> Linear (x), y)`` by the chain rule, in float64, without autograd.
+
+    The judges run in the learner's kernel (or the grader's), which forks the ranks. On a machine with a GPU and a
+    CUDA build, that process's first ``backward()`` of any kind starts autograd's device threads, and from then on no
+    fork of it can run backward (torch/csrc/autograd/engine.cpp: ``start_device_threads`` calls
+    ``track_bad_autograd_forks``): a judge that called ``backward()`` would fail every later check of a correct
+    answer. So the reference is computed by hand: ``weights`` = [W1, b1, W2, b2]; tests compare it with autograd.
+    """
+    w1, b1, w2, b2 = (torch.as_tensor(w).detach().double() for w in weights)
+    x, y = x.detach().double(), y.detach().double()
+    h = torch.tanh(x @ w1.T + b1)
+    d_out = 2.0 * (h @ w2.T + b2 - y) / y.numel()  # d mean((out - y)^2) / d out
+    d_pre = (d_out @ w2) * (1.0 - h * h)  # back through Tanh
+    grads = [d_pre.T @ x, d_pre.sum(0), d_out.T @ h, d_out.sum(0)]
+    return [g.to(torch.float32) for g in grads]
 
 
 def reference_grads(weights: Sequence[torch.Tensor], x: torch.Tensor, y: torch.Tensor) -> list[torch.Tensor]:
-    """The single-process gradient of ``mse_loss(model(x), y)`` over the whole global batch."""
-    model = make_model(weights)
-    F.mse_loss(model(x), y).backward()
-    return [p.grad.detach().clone() for p in model.parameters()]
+    """The single-process gradient of ``mse_loss(model(x), y)`` over the whole global batch (``mlp_grads``: this
+    process never runs ``backward()``, so the ranks it forks later still can)."""
+    return mlp_grads(weights, x, y)
 
 
 def _grad_list(value: Any, n: int) -> list[torch.Tensor] | None:
@@ -99,8 +104,51 @@ def _t1_mistake(
     return ""
 
 
+def _contribution_row(
+    weights: Sequence[torch.Tensor], x: torch.Tensor, y: torch.Tensor, sizes: Sequence[int], rank: int, record: Any
+) -> Comparison:
+    """What this rank handed to DDP's all-reduce (``lab07_reducer``): a multiple of its own shard's gradient."""
+    name = f"rank {rank}: its all-reduce"
+    calls = record.get("allreduces") if isinstance(record, dict) else None
+    sent = _grad_list(record.get("sent") if isinstance(record, dict) else None, len(weights))
+    if not isinstance(calls, int) or sent is None:
+        return Comparison.plain(name, False, "the check's driver did not return its record: rerun the cell")
+    if calls < 1:
+        return Comparison.plain(
+            name,
+            False,
+            "no DDP all-reduce ran on this rank: wrap the model in DistributedDataParallel and call backward through "
+            "it (its reducer does the all-reduce)",
+            expected=">= 1 all-reduce",
+            got=0,
+        )
+    xs, ys = x.split(list(sizes))[rank], y.split(list(sizes))[rank]
+    own = torch.cat([g.flatten().double() for g in reference_grads(weights, xs, ys)])
+    got = torch.cat([g.flatten().double() for g in sent])
+    if not bool(got.isfinite().all()):
+        return Comparison.plain(
+            name, False, "some parameters never went through DDP's all-reduce: wrap the whole model"
+        )
+    scale = float(got @ own) / float(own @ own)
+    off = float((got - scale * own).norm()) / max(float(got.norm()), 1e-30)
+    ok = scale > 0 and off <= 1e-3
+    return Comparison.plain(
+        name,
+        ok,
+        "a gradient of this rank's own shard"
+        if ok
+        else "what this rank all-reduced is not a gradient of its own shard: compute the loss on this rank's x and y "
+        "only, and let DDP combine the ranks",
+        expected="a multiple of the own shard's gradient",
+        got="that" if ok else f"{off:.2g} off it",
+        diff=off,
+    )
+
+
 def judge_grads(case: Case, out: Any) -> list[Comparison]:
-    """t1: every rank's gradients equal the single-process gradient of the global batch."""
+    """t1: every rank's gradients equal the single-process gradient of the global batch, and what each rank handed to
+    DDP's all-reduce was a gradient of its own shard (``lab07_reducer``: not shards swapped through files or
+    gathered, then the whole batch computed everywhere)."""
     bad = _not_a_result(out, ("x", "y", "grads"))
     if bad:
         return bad
@@ -119,7 +167,8 @@ def judge_grads(case: Case, out: Any) -> list[Comparison]:
         return [Comparison.plain("ranks", False, f"expected one result per rank ({len(sizes)})", got=short(per_rank))]
     want = reference_grads(weights, x, y)
     rows = []
-    for rank, got in enumerate(per_rank):
+    for rank, record in enumerate(per_rank):
+        got = record.get("grads") if isinstance(record, dict) else None
         grads = _grad_list(got, len(want))
         if grads is None:
             rows.append(
@@ -139,6 +188,7 @@ def judge_grads(case: Case, out: Any) -> list[Comparison]:
             rows.append(row)
             if not row.ok and mistake:
                 break  # one named mistake per rank is enough
+        rows.append(_contribution_row(weights, x, y, sizes, rank, record))
     return rows
 
 
@@ -243,76 +293,4 @@ def judge_indices(case: Case, out: Any) -> list[Comparison]:
                     got=None if ok else mine[e],
                 )
             )  # type: ignore[index]
-    return rows
-
-
-# --- t3 accumulate: no_sync, one all-reduce --------------------------------------------------------------
-
-
-def judge_accum(case: Case, out: Any) -> list[Comparison]:
-    """t3: one all-reduce per step on every rank, and the gradient of the whole global batch."""
-    bad = _not_a_result(out, ("x", "y", "ranks"))
-    if bad:
-        return bad
-    weights, world, micro, rows_each = case.args
-    x, y, ranks = out["x"], out["y"], out["ranks"]
-    n = world * micro * rows_each
-    if not (
-        isinstance(x, torch.Tensor)
-        and isinstance(y, torch.Tensor)
-        and x.shape == (n, IN)
-        and y.shape == (n, OUT)
-        and bool(x.isfinite().all())
-        and bool(y.isfinite().all())
-    ):
-        return [Comparison.plain("data", False, "the check's driver did not return its data: rerun the cell")]
-    if (
-        not isinstance(ranks, (list, tuple))
-        or len(ranks) != world
-        or not all(isinstance(r, dict) and "grads" in r and "allreduces" in r for r in ranks)
-    ):
-        return [Comparison.plain("ranks", False, f"expected one result per rank ({world})", got=short(ranks))]
-    want = reference_grads(weights, x, y)
-    rows: list[Comparison] = []
-    for rank, res in enumerate(ranks):
-        try:
-            count = int(res["allreduces"])
-        except (TypeError, ValueError, RuntimeError):
-            count = -1
-        status = (
-            "one all-reduce, after the last micro-batch"
-            if count == 1
-            else "no all-reduce at all: run the last micro-batch's backward outside no_sync()"
-            if count == 0
-            else f"{count} all-reduces: wrap every backward but the last in ddp_model.no_sync()"
-        )
-        rows.append(
-            Comparison.plain(
-                f"rank {rank} all-reduces",
-                count == 1,
-                status,
-                expected=None if count == 1 else 1,
-                got=None if count == 1 else count,
-            )
-        )
-        grads = _grad_list(res["grads"], len(want))
-        if grads is None:
-            rows.append(Comparison.plain(f"rank {rank} grads", False, "gradients missing", got=short(res["grads"])))
-            continue
-        scaled = _close(grads, [g * micro for g in want])
-        for i, (g, w) in enumerate(zip(grads, want)):
-            row = compare(f"rank {rank} grad {i}", g, w, atol=ATOL, rtol=RTOL)
-            if not row.ok and scaled:
-                row = Comparison(
-                    row.name,
-                    False,
-                    row.shape,
-                    row.dtype,
-                    row.strides,
-                    row.max_abs_diff,
-                    f"{micro}x too large: divide each micro-batch's loss by the number of micro-batches",
-                )
-            rows.append(row)
-            if not row.ok and scaled:
-                break
     return rows

@@ -18,6 +18,10 @@ group whose workers are *forks* of this process: they already hold torch and the
   message names the rank (``RuntimeError``, ``ChildProcessError``, ``TimeoutError``; a rank's
   ``NotImplementedError`` stays one, so a lab's TODO reads as a TODO), and kills and
   reaps every worker before it returns or raises. It changes no signal handler and leaves no thread.
+
+``in_fork(fn, *args)`` runs one function in a single forked worker: where a lesson needs a ``backward()`` of its
+own, so that the kernel never runs one (with a GPU and a CUDA build, a process's first backward stops every later
+fork of it from running one: ``BAD_AUTOGRAD_FORK``).
 """
 
 from __future__ import annotations
@@ -37,18 +41,21 @@ import time
 import warnings
 from typing import Any, Callable, Sequence
 
-__all__ = ["AUTOGRAD_FORK", "BAD_AUTOGRAD_FORK", "RankRun", "run_ranks"]
+__all__ = ["AUTOGRAD_FORK", "BAD_AUTOGRAD_FORK", "RankRun", "in_fork", "run_ranks"]
 
 _HEADER = struct.Struct("!Q")
 # torch's error in a fork of a process whose autograd engine started device threads. The engine decides at the
-# process's first backward; on a CUDA build it starts them, even with no GPU, when that first backward comes after
-# any torch.compile (measured on 2.14.1+cu130; the CPU wheel never does).
+# process's first backward (engine.cpp: start_device_threads counts the devices of every registered non-CPU backend
+# and, when there is one, calls track_bad_autograd_forks, a pthread_atfork handler that marks every later fork). With
+# a GPU and a CUDA build any first backward does it; a CUDA build without a GPU does it when that first backward comes
+# after any torch.compile (measured on 2.11.0+cu130 and 2.14.1+cu130); the CPU wheel never does.
 AUTOGRAD_FORK = "Unable to handle autograd's threading in combination with fork-based multiprocessing"
 BAD_AUTOGRAD_FORK = (
-    "this kernel's first backward started autograd's device threads (on a CUDA build, a first "
-    "backward after any torch.compile does), and no fork of it can run backward any more: restart "
-    "the kernel and run the cells from the top without torch.compile before this one (pytorch "
-    "wiki: Autograd and Fork)"
+    "this kernel's first backward started autograd's device threads (with a GPU and a CUDA build any first "
+    "backward does; on a CUDA build without a GPU, a first backward after any torch.compile does), and no fork of "
+    "it can run backward any more: restart the kernel and run the cells from the top, with no backward() and no "
+    "torch.compile in this kernel before this cell (run them in the ranks, or with in_fork) (pytorch wiki: "
+    "Autograd and Fork)"
 )
 MAX_MESSAGE = 64 * 2**20  # bytes one rank may send back
 GRACE = 1.0  # seconds to let the other ranks report once one has failed (the root cause may come second)
@@ -353,3 +360,12 @@ def _message(blob: bytes, pid: int) -> dict[str, Any]:
             "stdout": str(msg.get("stdout", "")),
         }
     return {"kind": "ok", "result": msg.get("result"), "stdout": str(msg.get("stdout", ""))}
+
+
+def in_fork(fn: Callable[..., Any], *args: Any, timeout: float = 60.0) -> Any:
+    """``fn(*args)`` in one forked worker (a group of one), its result returned as plain data.
+
+    For work this process must not do itself, above all a ``backward()``: with a GPU and a CUDA build, a process's
+    first backward stops every later fork of it (``run_ranks``'s ranks) from running one (``BAD_AUTOGRAD_FORK``).
+    """
+    return run_ranks(lambda rank, world, *a: fn(*a), 1, [args], timeout=timeout, pg_timeout=timeout).results[0]
