@@ -30,12 +30,56 @@ from torchcontracts.course import lab_ids, lessons
 ROOT = Path(__file__).resolve().parents[1]
 
 # The autograd engine decides once per process, at its first backward, whether to start device threads. On a
-# CUDA build (even with no GPU, measured on 2.14.1+cu130) a first backward *after* any torch.compile starts them,
-# and from then on no fork of the process can run backward. The lab 07, lesson 09 and rank-runner tests fork
-# ranks from the same pytest worker that ran lesson 07's compile tests, so each worker does its first backward
-# here, before any test. (Kernels, which learners use, are not affected; test_dist_tools measures the learner's
-# case in a fresh interpreter, and the rank runner names the cause in one line.)
+# CUDA build with no GPU (measured on 2.11.0+cu130 and 2.14.1+cu130) a first backward *after* any torch.compile
+# starts them, and from then on no fork of the process can run backward; with a GPU, any first backward does. The
+# lab 07, lesson 09 and rank-runner tests fork ranks from the same pytest worker that ran lesson 07's compile tests,
+# so each worker does its first backward here, before any test: on this GPU-less machine that keeps forks usable.
+# (It would not on a GPU machine, where the suite does not run. What learners use does not rely on it: the lab 07
+# and Try-it 09.2 judges never run backward in the kernel, lesson 09 computes its references in a fork, and
+# tests/lessons/l09/test_fork_poison.py grades lab 07 in a poisoned fresh interpreter.)
 torch.ones(1, requires_grad=True).sum().backward()
+
+
+# Verdicts of this run, per lesson: with TORCHCONTRACTS_LEDGER_DIR set (CI sets it for README command 2), each lesson
+# notebook's kernel, as nbval starts it, appends its verdicts to <dir>/<lesson>.jsonl (core.claims' LEDGER_ENV), and
+# `torchcontracts ledger --from-records <dir>` makes the run's ledger of them: no second execution of the lessons.
+# Only nbval's kernels of notebooks/ see the variable; tests in this process never do, so none can add a verdict.
+LEDGER_DIR_ENV = "TORCHCONTRACTS_LEDGER_DIR"
+_LESSON_NOTEBOOKS = {les.notebook for les in lessons()}
+
+
+def _lesson_notebook(item: pytest.Item) -> Path | None:
+    path = Path(str(item.fspath)).resolve()
+    try:
+        rel = path.relative_to(ROOT).as_posix()
+    except ValueError:
+        return None
+    return path if rel in _LESSON_NOTEBOOKS else None
+
+
+class _LessonVerdicts:
+    """Registered as a plugin, not as conftest hooks: a conftest's runtest hooks see only tests under its folder."""
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        from torchcontracts.core.claims import LEDGER_ENV
+
+        folder = os.environ.get(LEDGER_DIR_ENV)
+        notebook = _lesson_notebook(item) if folder else None
+        if notebook is not None:  # before nbval's setup starts the notebook's kernel, which inherits it
+            Path(folder).mkdir(parents=True, exist_ok=True)
+            os.environ[LEDGER_ENV] = str(Path(folder) / f"{notebook.stem}.jsonl")
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_runtest_teardown(self, item: pytest.Item) -> None:
+        from torchcontracts.core.claims import LEDGER_ENV
+
+        if os.environ.get(LEDGER_DIR_ENV) and _lesson_notebook(item) is not None:
+            os.environ.pop(LEDGER_ENV, None)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(_LessonVerdicts(), "torchcontracts-lesson-verdicts")
 
 
 def lesson_paths() -> list[Path]:

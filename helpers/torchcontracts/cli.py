@@ -98,37 +98,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="machine-readable report")
     p.set_defaults(func=_doctor)
     p = sub.add_parser("ledger", help="run the lessons headless and write one row per claim")
-    p.add_argument("--out", default="ledger.csv")
-    p.add_argument("--only", nargs="*", help="lesson number prefixes, e.g. 01 02")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.add_argument(
-        "--cell-timeout", type=float, default=120, metavar="SECONDS", help="seconds one code cell may run (default 120)"
-    )
-    p.add_argument(
-        "--cache",
-        action="store_true",
-        help="write the course's cached CPU ledger (the package's data/ledger_cpu.csv and .json) instead of --out",
-    )
-    p.add_argument(
-        "--compare",
-        nargs=2,
-        metavar=("A.csv", "B.csv"),
-        help="run nothing: print the claims whose verdict or evidence differs between two ledgers",
-    )
-    p.set_defaults(func=_ledger)
+    from torchcontracts.publish.ledger_cli import add_arguments as ledger_arguments  # light: no torch, no Jupyter
+
+    ledger_arguments(p).set_defaults(func=_ledger)
     p = sub.add_parser("record", help="on a GPU: run every lesson and GPU comparison on CUDA, write the GPU record")
-    p.add_argument("--out", help="where to write the record (default: the package's data/gpu_record.json)")
-    p.add_argument("--only", nargs="*", help="lesson number prefixes (a partial record, marked incomplete)")
-    p.add_argument(
-        "--budget",
-        type=float,
-        default=480,
-        metavar="SECONDS",
-        help="stop starting lessons and comparisons after this long (default 480)",
-    )
-    p.add_argument("--cell-timeout", type=float, default=120, metavar="SECONDS", help="seconds one cell may run")
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
-    p.set_defaults(func=_record)
+    from torchcontracts.publish.record import add_arguments as record_arguments  # light: no torch, no Jupyter
+
+    record_arguments(p).set_defaults(func=_record)
     p = sub.add_parser("site", help="build a static HTML site of the course (lessons executed here, labs, ledger)")
     p.add_argument("out", metavar="OUT", help="the folder to write (created; its old pages are replaced)")
     p.add_argument("--only", nargs="*", help="lesson number prefixes, e.g. 00 01 (labs of those lessons only)")

@@ -119,3 +119,21 @@ def test_doctor_warns_when_jupyters_python3_kernel_is_another_python_and_its_com
     subprocess.run(fix, env=env, check=True, capture_output=True, timeout=120)
     after = subprocess.run(doctor, env=env, capture_output=True, text=True, timeout=120)
     assert after.returncode == 0 and "python3 kernel runs" not in after.stdout, after.stdout
+
+
+def test_a_python_or_torch_outside_what_ci_tests_gets_a_one_line_warning():
+    from torchcontracts.core.device import tested_torch, version_warnings
+
+    tested = tested_torch()
+    assert len(tested) >= 2, tested  # the kept ledgers: one per CI build
+    oldest, newest = tested[0].split("+")[0], tested[-1].split("+")[0]
+    assert version_warnings("3.12.1", f"{oldest}+cu130", ">=3.11,<3.13") == []
+    assert version_warnings("3.11.7", newest, ">=3.11,<3.13") == []
+    (py,) = version_warnings("3.13.0", newest, ">=3.11,<3.13")
+    assert "Python 3.13.0" in py and ">=3.11,<3.13" in py and "\n" not in py
+    (old,) = version_warnings("3.11.7", "2.9.1+cpu", ">=3.11,<3.13")
+    assert "older" in old and f"torch>={oldest}" in old
+    major, minor = (int(x) for x in newest.split(".")[:2])
+    (new,) = version_warnings("3.11.7", f"{major}.{minor + 1}.0", ">=3.11,<3.13")
+    assert "newer" in new and "lesson 10" in new
+    assert version_warnings("3.11.7", f"{newest}.post1", None) == []  # no spec known: nothing said about Python

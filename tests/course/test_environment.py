@@ -47,3 +47,23 @@ def test_torch_is_declared_as_a_range_not_a_pin():
     deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
     torch_spec = next(d for d in deps if _name(d) == "torch")
     assert ">=" in torch_spec and "==" not in torch_spec
+
+
+def test_declared_python_and_torch_ranges_are_exactly_what_ci_legs_test():
+    """pyproject's requires-python and torch floor, environment.yml and the README say what .ci/run's legs run."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    ci = (ROOT / ".ci" / "run").read_text()
+    readme = (ROOT / "README.md").read_text()
+    # Pythons: the legs use the default python3 (3.11 on the CI machine) and pyenv's 3.12
+    legs = re.findall(r'^run_leg (\w+) "[^"]*"(?: "(\$\w+)")?', ci, flags=re.M)
+    assert {name for name, _ in legs} == {"py312", "cpu", "default"}, legs
+    assert "versions/3.12" in ci
+    assert project["requires-python"] == ">=3.11,<3.13"
+    assert "python>=3.11,<3.13" in (ROOT / "environment.yml").read_text()
+    assert "with Python 3.11 or 3.12 (the two CI tests)" in readme
+    # torch: the floor is the oldest pinned leg, and the README names it
+    (torch_spec,) = [d for d in project["dependencies"] if _name(d) == "torch"]
+    floor = torch_spec.split(">=")[1]
+    pinned = re.findall(r'^run_leg \w+ "torch==([0-9.]+)"', ci, flags=re.M)
+    assert min(pinned, key=lambda v: tuple(map(int, v.split(".")))).startswith(floor + "."), (floor, pinned)
+    assert f"The course needs `torch>={floor}`" in readme and all(f"torch {v}" in readme for v in pinned)

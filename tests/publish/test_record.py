@@ -269,3 +269,27 @@ def test_the_command_wires_lessons_comparisons_and_the_file_together(tmp_path, m
     assert validate(data) == [] and not data["complete"]  # --only: a partial record
     assert data["lessons"]["00_start_here.ipynb"]["error"] == "" and data["figures"]["t.fake_ms"]["value"] == 2.0
     assert "record: TEST, not a GPU" in capsys.readouterr().out
+
+
+def test_a_run_stopped_after_its_lessons_still_leaves_their_partial_record(tmp_path, monkeypatch):
+    """The device call's limit can stop the run anywhere: the record is rewritten after every lesson, so what
+    finished is kept (here the run 'dies' where the comparisons would start)."""
+    monkeypatch.setattr(record, "refusal", lambda: None)
+    monkeypatch.setattr(
+        record,
+        "device_info",
+        lambda: {"name": "TEST, not a GPU", "capability": "0.0", "driver": "none", "cuda": "", "memory_gib": 0.0},
+    )
+
+    def killed() -> None:
+        raise RuntimeError("stopped at the call's limit")
+
+    monkeypatch.setattr(gpu_checks, "load_modules", killed)
+    out = tmp_path / "rec.json"
+    args = record.add_arguments(argparse.ArgumentParser()).parse_args(["--out", str(out), "--only", "00", "--quiet"])
+    monkeypatch.chdir(ROOT)
+    with pytest.raises(RuntimeError, match="call's limit"):
+        record.run(args)
+    data = json.loads(out.read_text())
+    assert validate(data) == [] and data["complete"] is False
+    assert list(data["lessons"]) == ["00_start_here.ipynb"] and data["comparisons"] == {}

@@ -175,6 +175,60 @@ def kernel_warnings() -> list[str]:
 KERNEL_FIX = "python -m ipykernel install --user --name python3"
 
 
+def _release(version: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in version.split("+")[0].split(".")[:3] if x.isdigit())
+
+
+def tested_torch() -> list[str]:
+    """The torch builds the course's CI tests: the ledgers the package keeps, one per build (data/ledgers/)."""
+    from pathlib import Path
+
+    found = [
+        p.stem.removeprefix("torch-")
+        for p in (Path(__file__).resolve().parents[1] / "data" / "ledgers").glob("torch-*.csv")
+    ]
+    return sorted(found, key=_release)
+
+
+def version_warnings(python: str, torch_version: str, requires_python: str | None) -> list[str]:
+    """One line each when this Python or torch is outside what the course's CI tests (lessons may still run)."""
+    out: list[str] = []
+    if requires_python:
+        try:
+            from packaging.specifiers import SpecifierSet
+
+            if python not in SpecifierSet(requires_python):
+                out.append(
+                    f"Python {python} is outside the range the course's CI tests ({requires_python}): lessons may "
+                    "still run; for a tested set-up make the venv with one of those Pythons"
+                )
+        except Exception:  # packaging missing or a malformed spec: nothing to say
+            pass
+    tested = tested_torch()
+    if tested:
+        here, oldest, newest = _release(torch_version), _release(tested[0]), _release(tested[-1])
+        if here < oldest:
+            out.append(
+                f"torch {torch_version} is older than the oldest the course's CI tests ({tested[0]}): "
+                f"pip install 'torch>={tested[0].split('+')[0]}'"
+            )
+        elif here[:2] > newest[:2]:
+            out.append(
+                f"torch {torch_version} is newer than the newest the course's CI tests ({tested[-1]}): lessons should "
+                "run (they pick moved APIs at run time); lesson 10 lists the verdicts of each tested build"
+            )
+    return out
+
+
+def _requires_python() -> str | None:
+    try:
+        from importlib.metadata import metadata
+
+        return metadata("torchcontracts")["Requires-Python"]
+    except Exception:  # not installed (helpers/ on PYTHONPATH, as on the GPU kit's machine)
+        return None
+
+
 def diagnose() -> Report:
     """Check this machine the way a lesson will use it, and collect one-line problems."""
     problems: list[str] = []
@@ -203,7 +257,9 @@ def diagnose() -> Report:
         threads=torch.get_num_threads(),
         devices=devices,
         problems=problems,
-        warnings=wheel_warnings(bool(torch.version.cuda), gpu_works, nvidia_driver_present()) + kernel_warnings(),
+        warnings=wheel_warnings(bool(torch.version.cuda), gpu_works, nvidia_driver_present())
+        + kernel_warnings()
+        + version_warnings(platform.python_version(), torch.__version__, _requires_python()),
     )
 
 

@@ -34,9 +34,12 @@ __all__ = [
     "comparison",
     "copy_bandwidth",
     "figures_of",
+    "launch_returns_early",
     "load_modules",
     "matmul_throughput",
+    "roofline_plausible",
     "run_all",
+    "streams_overlapped",
 ]
 
 # Lesson helper modules that register comparisons when imported (missing ones are skipped: a lesson not written yet).
@@ -196,7 +199,7 @@ def _alloc_model_vs_real() -> Outcome:
     frag = fragmentation_trace(8, 6.0, "every other", 12.0)
     traces = {**_ALLOC_TRACES, "fragmentation": frag}
     problems, steps = [], 0
-    for conf, config in (("", Config()), ("max_split_size_mb:8", Config(max_split_size=8 * MiB))):
+    for conf, config in (("", Config()), ("max_split_size_mb:20", Config(max_split_size=20 * MiB))):
         real = fresh_cuda_report(traces, conf)
         for name, trace in traces.items():
             model = report_model(trace, config)
@@ -217,6 +220,39 @@ def _alloc_model_vs_real() -> Outcome:
             ),
         },
     )
+
+
+# -- the verdicts: pure functions of the measured figures, so a test can feed them figures that must fail ----------
+
+BANDWIDTH_GBPS = (100.0, 20_000.0)  # any CUDA GPU's memory: past a laptop's GDDR, short of any HBM yet (H200: 4,800)
+TFLOPS = (0.5, 10_000.0)  # a large GEMM on any CUDA GPU (H200 datasheet: 67 fp32, 989 dense bf16)
+LAUNCH_SHARE = 0.1  # a launch that returns before its kernel ends takes well under a tenth of the synced time
+OVERLAP_RATIO = 0.95  # overlapped / serial: copy and compute overlapped only if the total clearly shrank
+
+
+def roofline_plausible(hbm_GBps: float, copy_GBps: float, fp32_TFLOPs: float, bf16_TFLOPs: float) -> bool:
+    """Both bandwidths in a band any CUDA GPU falls in and within 2x of each other (two ways to measure the same
+    memory), and both GEMM rates in a plausible band. A wrong byte count, a timer that missed the kernel
+    (host time without a synchronize) or a unit slip (GB/s read as B/s) lands outside."""
+    lo, hi = BANDWIDTH_GBPS
+    return (
+        lo <= hbm_GBps <= hi
+        and lo <= copy_GBps <= hi
+        and 0.5 <= hbm_GBps / copy_GBps <= 2.0
+        and all(TFLOPS[0] <= r <= TFLOPS[1] for r in (fp32_TFLOPs, bf16_TFLOPs))
+    )
+
+
+def launch_returns_early(launch_s: float, done_s: float) -> bool:
+    """The call returned in under LAUNCH_SHARE of the time the kernel took to finish (both from the same start):
+    False for a synchronous launch, which returns only when the kernel is done (launch close to done)."""
+    return 0 < launch_s < LAUNCH_SHARE * done_s
+
+
+def streams_overlapped(serial_s: float, overlapped_s: float) -> bool:
+    """The side-stream version took under OVERLAP_RATIO of the one-stream time: False when the copy and the
+    matmuls ran one after the other anyway (ratio about 1, or above)."""
+    return serial_s > 0 and overlapped_s / serial_s < OVERLAP_RATIO
 
 
 @comparison("roofline.ceilings", lesson="04", what="the GPU's memory-bandwidth and matmul ceilings")
@@ -243,12 +279,12 @@ def _roofline_ceilings() -> Outcome:
         {
             "roofline.hbm_GBps": Measured(hbm, "GB/s", how),
             "roofline.bf16_TFLOPs": Measured(bf16, "TFLOP/s", "large bf16 matmul"),
-            "roofline.fp32_TFLOPs": Measured(fp32, "TFLOP/s", "large fp32 matmul, TF32 off unless enabled"),
+            "roofline.fp32_TFLOPs": Measured(fp32, "TFLOP/s", "large fp32 matmul, TF32 off"),
             "roofline.ridge_bf16_flop_per_byte": Measured(bf16 * 1e3 / hbm, "flop/byte", "bf16 ceiling over bandwidth"),
         }
     )
     return Outcome(
-        hbm > 0 and bf16 > 0 and fp32 > 0,
+        roofline_plausible(hbm, copy, fp32, bf16),
         f"bandwidth {hbm:,.0f} GB/s ({how}), copy {copy:,.0f} GB/s, bf16 matmul {bf16:,.0f} TFLOP/s, "
         f"fp32 {fp32:,.1f} TFLOP/s; ridge point {bf16 * 1e3 / hbm:,.0f} flop/byte (bf16)",
         figures,
@@ -275,8 +311,9 @@ def _async_launch() -> Outcome:
         del c
     launch, done = statistics.median(r[0] for r in rows), statistics.median(r[1] for r in rows)
     return Outcome(
-        all(l < d for l, d in rows),
-        f"the call returned after {launch * 1e6:,.0f} us; the matmul ended after {done * 1e3:,.2f} ms",
+        launch_returns_early(launch, done),
+        f"the call returned after {launch * 1e6:,.0f} us; the matmul ended after {done * 1e3:,.2f} ms "
+        f"(medians of 5; asynchronous if the return took under {LAUNCH_SHARE:.0%} of that)",
         {
             "async.launch_us": Measured(launch * 1e6, "us", "host time until a bf16 8192^3 matmul call returns"),
             "async.matmul_synced_ms": Measured(done * 1e3, "ms", "the same matmul timed with a synchronize"),
@@ -320,9 +357,9 @@ def _stream_overlap() -> Outcome:
 
     s, o = timed(serial), timed(overlapped)
     return Outcome(
-        s > 0 and o > 0,
+        streams_overlapped(s, o),
         f"copy then 4 matmuls: {s * 1e3:.2f} ms on one stream, "
-        f"{o * 1e3:.2f} ms with the copy on a side stream ({o / s:.2f}x)",
+        f"{o * 1e3:.2f} ms with the copy on a side stream ({o / s:.2f}x; overlap if below {OVERLAP_RATIO})",
         {
             "streams.serial_ms": Measured(s * 1e3, "ms", "256 MiB pinned H2D copy then 4 bf16 matmuls, one stream"),
             "streams.overlapped_ms": Measured(o * 1e3, "ms", "the same with the copy on a side stream"),

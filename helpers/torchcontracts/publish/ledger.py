@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from torchcontracts.core.claims import all_claims
+from torchcontracts.publish.ledger_cli import CACHE_CSV, add_arguments
 from torchcontracts.publish.runner import (  # the engine lives there; these names are part of this module's API
     CELL_TIMEOUT,
     CellTimeout,
@@ -47,6 +48,7 @@ __all__ = [
     "execute",
     "execute_notebook",
     "lesson_paths",
+    "rows_from_records",
     "run",
     "run_lesson",
     "run_lessons",
@@ -54,7 +56,6 @@ __all__ = [
 ]
 
 COLUMNS = ["id", "claim", "verdict", "evidence", "source", "notebook", "device", "torch"]
-CACHE_CSV = "ledger_cpu.csv"  # the cached CPU ledger in the package's data/ (lesson 10 reads it), with a .json beside
 LedgerRow = dict[str, str]
 
 
@@ -77,51 +78,10 @@ def build_ledger(
     for result in run_lessons(notebooks, cell_timeout=cell_timeout, progress=progress, stop_on_error=True):
         times[result.notebook] = result.seconds
         seen.update({rec["id"]: rec for rec in result.records})
-    rows = []
-    for cid, claim in all_claims().items():
-        rec = seen.get(cid, {})
-        rows.append(
-            {
-                "id": cid,
-                "claim": claim.en,
-                "verdict": rec.get("verdict", "not covered"),
-                "evidence": rec.get("evidence", ""),
-                "source": rec.get("source", ""),
-                "notebook": rec.get("notebook", ""),
-                "device": rec.get("device", ""),
-                "torch": rec.get("torch", ""),
-            }
-        )
-    return rows, times
+    return _rows(seen), times
 
 
 # -- the command -----------------------------------------------------------------------------------
-def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """The options of ``torchcontracts ledger``."""
-    p.add_argument("--out", default="ledger.csv")
-    p.add_argument("--only", nargs="*", help="lesson number prefixes, e.g. 01 02")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.add_argument(
-        "--cell-timeout",
-        type=float,
-        default=CELL_TIMEOUT,
-        metavar="SECONDS",
-        help=f"seconds one code cell may run (default {CELL_TIMEOUT})",
-    )
-    p.add_argument(
-        "--cache",
-        action="store_true",
-        help=f"write the course's cached CPU ledger (data/{CACHE_CSV} and its .json) instead of --out",
-    )
-    p.add_argument(
-        "--compare",
-        nargs=2,
-        metavar=("A.csv", "B.csv"),
-        help="run nothing: print the claims whose verdict or evidence differs between two ledgers",
-    )
-    return p
-
-
 def cache_paths() -> tuple[Path, Path]:
     """Where the cached CPU ledger lives in the package (lesson 10 reads it): the CSV and its JSON sidecar."""
     data = Path(__file__).resolve().parents[1] / "data"
@@ -154,7 +114,14 @@ def run(args: argparse.Namespace, notebooks: Sequence[Path] | None = None) -> in
     if getattr(args, "compare", None):
         from torchcontracts.publish.ledger_compare import run_compare
 
-        return run_compare(Path(args.compare[0]), Path(args.compare[1]))
+        return run_compare([Path(x) for x in args.compare], check=bool(getattr(args, "check", False)))
+    if getattr(args, "from_records", None):
+        try:
+            rows = rows_from_records(Path(args.from_records))
+        except (OSError, ValueError) as err:
+            print(f"ledger --from-records: {err}")
+            return 1
+        return _write(rows, Path(args.out), keep=bool(getattr(args, "keep", False)))
     if notebooks is None:
         from torchcontracts.labs.format import find_root
 
@@ -185,19 +152,79 @@ def run(args: argparse.Namespace, notebooks: Sequence[Path] | None = None) -> in
         print(err)
         return 1
     except Exception as err:  # a failing lesson: say which, in one line
-        print(f"ledger: a lesson failed to run: {type(err).__name__}: {str(err).strip().splitlines()[-1][:200]}")
+        where = getattr(err, "lesson", "a lesson")
+        print(f"ledger: {where} failed to run: {type(err).__name__}: {str(err).strip().splitlines()[-1][:200]}")
         return 1
-    with open(out, "w", newline="", encoding="utf-8") as fh:
-        writer = csv.DictWriter(fh, fieldnames=COLUMNS)
-        writer.writeheader()
-        writer.writerows(rows)
-    covered = sum(r["verdict"] != "not covered" for r in rows)
     if cache:
-        _write_cache_meta(cache_paths()[1], times, covered, getattr(args, "only", None))
+        _write_cache_meta(
+            cache_paths()[1], times, sum(r["verdict"] != "not covered" for r in rows), getattr(args, "only", None)
+        )
     for name, secs in times.items():
         print(f"  {name}: {secs:.1f} s")
-    print(f"ledger: {covered}/{len(rows)} claims covered; wrote {out}")
+    return _write(rows, out, keep=bool(getattr(args, "keep", False)))
+
+
+def _write(rows: list[LedgerRow], out: Path, *, keep: bool = False) -> int:
+    """Write the ledger CSV (and, with ``keep``, the package's copy for this torch build); say so in one line."""
+    outs = [out]
+    if keep:
+        from torchcontracts.publish.ledger_versions import kept_path
+
+        builds = sorted({r["torch"] for r in rows} - {""})
+        if len(builds) != 1:
+            print(f"ledger --keep: the rows come from {len(builds)} torch builds ({', '.join(builds)}), not one")
+            return 1
+        outs.append(kept_path(builds[0]))
+        outs[-1].parent.mkdir(parents=True, exist_ok=True)
+    for path in outs:
+        with open(path, "w", newline="", encoding="utf-8") as fh:
+            writer = csv.DictWriter(fh, fieldnames=COLUMNS)
+            writer.writeheader()
+            writer.writerows(rows)
+    covered = sum(r["verdict"] != "not covered" for r in rows)
+    print(f"ledger: {covered}/{len(rows)} claims covered; wrote {' and '.join(map(str, outs))}")
     return 0
+
+
+def rows_from_records(folder: Path) -> list[LedgerRow]:
+    """The ledger rows of the verdict files a test run left in ``folder`` (one ``<lesson stem>.jsonl`` per lesson).
+
+    ValueError when the folder holds no verdict file, or a line is not a verdict record.
+    """
+    files = sorted(folder.glob("*.jsonl"))
+    if not files:
+        raise ValueError(f"{folder} holds no <lesson>.jsonl verdict files (was TORCHCONTRACTS_LEDGER_DIR set?)")
+    seen: dict[str, dict[str, str]] = {}
+    for path in files:
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            try:
+                rec = json.loads(line)
+                if not isinstance(rec.get("id"), str) or not isinstance(rec.get("verdict"), str):
+                    raise KeyError("id")
+                seen[rec["id"]] = {**rec, "notebook": f"{path.stem}.ipynb"}
+            except (ValueError, KeyError, TypeError, AttributeError):
+                raise ValueError(f"{path.name} line {n} is not a verdict record") from None
+    return _rows(seen)
+
+
+def _rows(seen: dict[str, dict[str, str]]) -> list[LedgerRow]:
+    """One row per claim of claims.csv, joined with the records seen (a claim with none reads ``not covered``)."""
+    rows = []
+    for cid, claim in all_claims().items():
+        rec = seen.get(cid, {})
+        rows.append(
+            {
+                "id": cid,
+                "claim": claim.en,
+                "verdict": rec.get("verdict", "not covered"),
+                "evidence": rec.get("evidence", ""),
+                "source": rec.get("source", ""),
+                "notebook": rec.get("notebook", ""),
+                "device": rec.get("device", ""),
+                "torch": rec.get("torch", ""),
+            }
+        )
+    return rows
 
 
 def main(argv: Sequence[str] | None = None) -> int:

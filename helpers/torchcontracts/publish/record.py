@@ -6,7 +6,9 @@ lessons define (``torchcontracts.publish.gpu_checks``: the allocator model again
 ceilings, the async and stream demos), and writes one JSON file into the package's data, ``data/gpu_record.json``: the
 device, its capability and driver, torch, the date, each claim's verdict and evidence, and the figures.
 On a CPU it refuses in one line and writes nothing. Nothing in this repository fakes a record: the test
-fixture lives under ``tests/``, says ``"fixture": true``, and every label made from it says so.
+fixture lives under ``tests/``, says ``"fixture": true``, and every label made from it says so. ``record --rehearsal``
+runs the same on a CPU and writes a record marked ``"rehearsal": true`` (``torchcontracts.publish.rehearsal``), which
+:func:`load_record` refuses: it proves the GPU kit (``.ci/gpu-kit``) works, and is never a GPU figure.
 
 Lessons read a record through :func:`recorded` (one figure, with its device and date, or None) and
 :func:`beside` (the line that puts it next to this machine's own figure). ``TORCHCONTRACTS_GPU_RECORD``
@@ -146,6 +148,8 @@ def load_record(path: str | Path | None = None) -> GpuRecord | None:
             f"{target}: not a valid GPU record: {problems[0]}"
             + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else "")
         )
+    if data.get("rehearsal"):
+        raise RecordError(f"{target}: a CPU rehearsal (`record --rehearsal`), not a GPU record: lessons never read one")
     if data["fixture"] and target.resolve() == package_record_file().resolve():
         raise RecordError(f"{target}: the package's record is a test fixture; delete it (fixtures live under tests/)")
     return GpuRecord(data, str(target))
@@ -253,46 +257,87 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     )
     p.add_argument("--cell-timeout", type=float, default=120, metavar="SECONDS", help="seconds one cell may run")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument(
+        "--rehearsal",
+        action="store_true",
+        help="on a CPU: run every lesson and each comparison's CPU half, write a record marked as a rehearsal "
+        "(never a GPU record; default --out in the temp folder)",
+    )
+    p.add_argument(
+        "--merge",
+        nargs="+",
+        metavar="RECORD",
+        help="join the partial records of several device calls (same GPU and torch) into --out; runs nothing",
+    )
+    p.add_argument(
+        "--progress",
+        metavar="FILE",
+        help="append one JSON line per lesson and comparison as each finishes, flushed (a run cut off still says "
+        "where it stopped)",
+    )
     return p
 
 
 def run(args: argparse.Namespace) -> int:
-    """``torchcontracts record``: refuse on a CPU; on a GPU run the lessons and comparisons, write the record."""
+    """``torchcontracts record``: refuse on a CPU; on a GPU run the lessons and comparisons, write the record.
+
+    With ``--rehearsal`` the CPU run of :mod:`torchcontracts.publish.rehearsal` instead (never a GPU record).
+    """
+    from torchcontracts.publish import rehearsal
+
+    if getattr(args, "rehearsal", False):
+        return rehearsal.run(args)
+    if getattr(args, "merge", None):
+        from torchcontracts.publish.record_merge import merge_files
+
+        out = Path(args.out) if args.out else package_record_file()
+        try:
+            merged = merge_files(args.merge, out)
+        except ValueError as err:
+            print(f"record --merge: {err}")
+            return 1
+        done = ", ".join(f"{n[:2]}{'' if not les['error'] else ' (failed)'}" for n, les in merged["lessons"].items())
+        print(f"record --merge: {len(args.merge)} parts, lessons {done}; complete: {merged['complete']}; wrote {out}")
+        return 0
     reason = refusal()
     if reason:
         print(reason)
         return 1
     import torch
 
-    from torchcontracts.labs.format import find_root
     from torchcontracts.publish import gpu_checks
-    from torchcontracts.publish.runner import lesson_paths, run_lessons
 
     start = time.monotonic()
-    lessons: dict[str, dict[str, Any]] = {}
-    claims: dict[str, dict[str, str]] = {}
-    for result in run_lessons(
-        lesson_paths(find_root(), args.only),
-        cell_timeout=args.cell_timeout,
-        progress=not args.quiet,
-        desc="lessons on CUDA",
-        deadline=start + args.budget,
-        late=f"not run: the {args.budget:.0f} s budget ran out",
-    ):
-        for rec in result.records:
-            claims[rec["id"]] = {k: rec[k] for k in ("verdict", "evidence", "source", "notebook")}
-        lessons[result.notebook] = {
-            "seconds": round(result.seconds, 1),
-            "error": result.error,
-            "claims": len({r["id"] for r in result.records}),
-        }
+    progress = rehearsal.Progress(getattr(args, "progress", None))
+    progress.write("start", mode="gpu", budget_s=args.budget, torch=torch.__version__, only=list(args.only or []))
+    out = Path(args.out) if args.out else package_record_file()
+    device = device_info()
+
+    def write_partial(lessons: dict[str, dict[str, Any]], claims: dict[str, dict[str, str]]) -> None:
+        """The record so far, marked incomplete: what a run stopped at the device call's limit leaves."""
+        partial = assemble(
+            lessons,
+            claims,
+            {},
+            device=device,
+            seconds=time.monotonic() - start,
+            torch_version=torch.__version__,
+            partial=True,
+        )
+        if not validate(partial):
+            out.write_text(json.dumps(partial, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+
+    lessons, claims = rehearsal.run_lessons_logged(
+        args, progress, desc="lessons on CUDA", deadline=start + args.budget, after_each=write_partial
+    )
     missing = gpu_checks.load_modules()
     comparisons = gpu_checks.run_all(deadline=start + args.budget, progress=not args.quiet)
+    progress.comparisons(comparisons)
     record = assemble(
         lessons,
         claims,
         comparisons,
-        device=device_info(),
+        device=device,
         seconds=time.monotonic() - start,
         torch_version=torch.__version__,
         partial=bool(args.only),
@@ -300,8 +345,8 @@ def run(args: argparse.Namespace) -> int:
     problems = validate(record)
     if problems:
         print(f"record: the record came out malformed ({problems[0]}); nothing was written: please report this")
+        progress.write("end", status="failed", exit=1, record="", failed=[problems[0]])
         return 1
-    out = Path(args.out) if args.out else package_record_file()
     out.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     for name, les in lessons.items():
         print(
@@ -319,8 +364,9 @@ def run(args: argparse.Namespace) -> int:
     )
     if record["seconds"] > args.budget:
         print(f"record: took {record['seconds']:.0f} s, over the {args.budget:.0f} s budget: shrink the slowest lesson")
-    clean = all(not les["error"] for les in lessons.values()) and all(c["ok"] for c in comparisons.values())
-    return 0 if clean else 1
+    failed = [n for n, les in lessons.items() if les["error"]] + [n for n, c in comparisons.items() if not c["ok"]]
+    progress.write("end", status="failed" if failed else "ok", exit=int(bool(failed)), record=str(out), failed=failed)
+    return 1 if failed else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -12,9 +12,12 @@ import re
 import time
 from typing import Any
 
-__all__ = ["BUDGET_S", "SCHEMA", "assemble", "validate"]
+__all__ = ["BUDGET_S", "REHEARSAL_SCHEMA", "SCHEMA", "assemble", "validate"]
 
 SCHEMA = "torchcontracts-gpu-record/1"
+# A CPU rehearsal of the record (`record --rehearsal`): its own schema and "rehearsal": true, so that no reader of
+# GPU records (this version's load_record, or an older one that checks only the schema) takes it for a GPU's.
+REHEARSAL_SCHEMA = "torchcontracts-gpu-record/1-rehearsal"
 BUDGET_S = 480.0  # the whole record must fit in 8 minutes on one GPU
 _KEY = re.compile(r"^[a-z0-9_]+\.[A-Za-z0-9_]+$")
 
@@ -30,8 +33,14 @@ def validate(data: Any) -> list[str]:
     if not isinstance(data, dict):
         return ["a record is a JSON object"]
     p: list[str] = []
-    if data.get("schema") != SCHEMA:
-        p.append(f"schema must be {SCHEMA!r}, got {data.get('schema')!r}")
+    if data.get("schema") not in (SCHEMA, REHEARSAL_SCHEMA):
+        p.append(f"schema must be {SCHEMA!r} (or {REHEARSAL_SCHEMA!r}), got {data.get('schema')!r}")
+    rehearsal = data.get("schema") == REHEARSAL_SCHEMA
+    if data.get("rehearsal", False) is not rehearsal:
+        p.append(f"rehearsal must be {'true' if rehearsal else 'false or absent'} with schema {data.get('schema')!r}")
+    skipped = data.get("skipped", {})
+    if not (isinstance(skipped, dict) and all(isinstance(v, str) and v for v in skipped.values())):
+        p.append("skipped must map comparison names to the reason each was skipped")
     for key, kind in (("fixture", bool), ("complete", bool), ("torch", str), ("python", str), ("date", str)):
         if not isinstance(data.get(key), kind):
             p.append(f"{key} must be a {kind.__name__}")
@@ -111,16 +120,26 @@ def assemble(
     torch_version: str,
     date: str | None = None,
     partial: bool = False,
+    rehearsal: bool = False,
+    skipped: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """The record's JSON object from what the lessons and comparisons produced (``validate`` checks it)."""
+    """The record's JSON object from what the lessons and comparisons produced (``validate`` checks it).
+
+    ``rehearsal``: a CPU rehearsal (``record --rehearsal``), with its own schema; ``skipped`` names the comparisons
+    that did not run, each with why (a rehearsal's comparisons without a CPU half).
+    """
     figures = {
         key: {**fig, "comparison": name}
         for name, comp in comparisons.items()
         for key, fig in comp.get("figures", {}).items()
     }
     clean = all(not les["error"] for les in lessons.values()) and all(c["ok"] for c in comparisons.values())
+    extra: dict[str, Any] = {"rehearsal": True} if rehearsal else {}
+    if skipped:
+        extra["skipped"] = dict(skipped)
     return {
-        "schema": SCHEMA,
+        "schema": REHEARSAL_SCHEMA if rehearsal else SCHEMA,
+        **extra,
         "fixture": False,
         "date": date or time.strftime("%Y-%m-%d"),
         "complete": clean and not partial,

@@ -36,6 +36,7 @@ from nbclient.exceptions import CellExecutionError, CellTimeoutError
 
 from torchcontracts import course
 from torchcontracts.core.claims import LEDGER_ENV
+from torchcontracts.publish.ledger_cli import CELL_TIMEOUT
 from torchcontracts.core.nbio import nbformat
 
 __all__ = [
@@ -51,7 +52,6 @@ __all__ = [
     "this_python_kernel",
 ]
 
-CELL_TIMEOUT = 120  # seconds one code cell may run
 CACHE_ENV = "TORCHCONTRACTS_EXEC_CACHE"  # a folder: lessons that ran clean, keyed by content (tests set it)
 
 
@@ -263,7 +263,7 @@ def _run_lesson(path: Path, *, cell_timeout: float, on_cell: Callable[[int, int]
     return LessonRun(path.name, time.perf_counter() - start, records, error, nb, exception=failure)
 
 
-def _first_line(text: str, limit: int = 200) -> str:
+def _first_line(text: str, limit: int = 500) -> str:
     lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
     return (lines[-1] if lines else "")[:limit]
 
@@ -317,6 +317,7 @@ def run_lessons(
 
             result = run_lesson(path, cell_timeout=cell_timeout, on_cell=on_cell)
             if stop_on_error and result.exception is not None:
+                result.exception.lesson = path.name  # the ledger's one line names it
                 raise result.exception
             yield result
     finally:

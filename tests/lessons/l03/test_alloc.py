@@ -171,11 +171,21 @@ def test_golden_best_fit_takes_the_smallest_hole_then_the_lowest_address():
 
 
 def test_golden_max_split_size_keeps_oversize_blocks_whole():
-    cfg = Config(max_split_size=8 * MiB)
-    assert _last("alloc a 12MiB\nfree a\nalloc b 4MiB", cfg) == (4 * MiB, 32 * MiB, 2)
-    assert _last("alloc a 12MiB\nfree a\nalloc b 4MiB\nalloc c 12MiB", cfg) == (16 * MiB, 32 * MiB, 2)
-    # without the option the 12 MiB block is split for the 4 MiB request
-    assert _last("alloc a 12MiB\nfree a\nalloc b 4MiB") == (4 * MiB, 12 * MiB, 1)
+    cfg = Config(max_split_size=20 * MiB)
+    # a 4 MiB request may not take the cached 30 MiB block (>= max_split): a new 20 MiB segment
+    assert _last("alloc a 30MiB\nfree a\nalloc b 4MiB", cfg) == (4 * MiB, 50 * MiB, 2)
+    # a 30 MiB request may (it is not >= 20 MiB smaller than the block)
+    assert _last("alloc a 30MiB\nfree a\nalloc b 4MiB\nalloc c 30MiB", cfg) == (34 * MiB, 50 * MiB, 2)
+    # without the option the 30 MiB block is split for the 4 MiB request
+    assert _last("alloc a 30MiB\nfree a\nalloc b 4MiB") == (4 * MiB, 30 * MiB, 1)
+
+
+def test_max_split_size_below_20_mib_is_refused_as_cuda_refuses_it():
+    with pytest.raises(ValueError, match="must be >= 20"):
+        Config(max_split_size=8 * MiB)
+    with pytest.raises(ValueError, match="must be >= 20"):
+        Config.parse("max_split_size_mb:8")
+    assert Config.parse("max_split_size_mb:20").max_split_size == 20 * MiB
 
 
 def test_oom_frees_whole_cached_segments_then_retries():
@@ -212,7 +222,7 @@ ops = st.lists(
     min_size=1,
     max_size=40,
 )
-configs = st.sampled_from([Config(), Config(max_split_size=16 * MiB), Config(roundup_power2_divisions=4)])
+configs = st.sampled_from([Config(), Config(max_split_size=20 * MiB), Config(roundup_power2_divisions=4)])
 
 
 def _run(model: AllocatorModel, trace) -> None:

@@ -14,6 +14,7 @@ matplotlib.use("Agg")  # headless: the helper must draw without a display
 
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
+import torch  # noqa: E402
 
 from torchcontracts.lessons.l04_async import roofline  # noqa: E402
 from torchcontracts.lessons.l04_async.roofline import Ceilings, Kernel, measure_ceilings, roofline_plot  # noqa: E402
@@ -107,3 +108,20 @@ def test_the_arrays_are_sized_past_the_last_level_cache():
     if llc is not None:
         assert llc >= 1 << 16
     assert roofline.CPU_ARRAY_MIN >= 64 << 20
+
+
+def test_tf32_off_turns_both_switches_off_and_restores_them():
+    """The GPU roofline's fp32 basis: cuDNN's TF32 (on by default) and cuBLAS's, off inside, as they were after."""
+    matmul, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
+    before = (matmul.allow_tf32, cudnn.allow_tf32)
+    try:
+        matmul.allow_tf32, cudnn.allow_tf32 = True, True
+        with roofline.tf32_off() as was:
+            assert (matmul.allow_tf32, cudnn.allow_tf32) == (False, False)
+        assert was == {"matmul": True, "cudnn": True}
+        assert (matmul.allow_tf32, cudnn.allow_tf32) == (True, True)
+        with pytest.raises(RuntimeError), roofline.tf32_off():
+            raise RuntimeError("a failed measurement")
+        assert (matmul.allow_tf32, cudnn.allow_tf32) == (True, True)
+    finally:
+        matmul.allow_tf32, cudnn.allow_tf32 = before

@@ -69,6 +69,11 @@ def test_persistent_workers_are_found_while_alive_and_gone_after_close_workers()
 def test_worker_iter_ends_workers_after_a_break_and_after_an_exception():
     with worker_iter(_loader(DrawDataset(64))) as it:
         next(it)
+        # a worker takes its name (pt_data_worker) when its loop starts: on a loaded machine the second one may
+        # not have started when the first batch is back
+        deadline = time.monotonic() + 30
+        while len(dataloader_workers()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert len(dataloader_workers()) == 2
     assert dataloader_workers() == []
 

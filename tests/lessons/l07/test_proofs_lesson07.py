@@ -27,6 +27,7 @@ F = notebook_functions(
     "mixed",
     "proof_c120",
     "proof_c122",
+    "graph_launches",
 )
 XS = torch.randn(8)
 
@@ -183,3 +184,50 @@ def test_c122_holds_on_what_torch_does_on_cpu_and_on_what_a_gpu_shows():
 )
 def test_c122_fails_when_reduce_overhead_does_not_use_cuda_graphs(observed):
     assert F["proof_c122"](observed) is False
+
+
+def test_cuda_graph_replays_are_counted_with_or_without_cuptis_version_suffix():
+    """Kineto strips CUPTI's ``_v10000`` suffix, raw CUPTI and nsys keep it: both names count, nothing else does."""
+    from types import SimpleNamespace
+
+    names = ["cudaGraphLaunch", "cudaGraphLaunch_v10000", "cudaLaunchKernel", "cudaStreamSynchronize", "triton_poi_0"]
+    events = [SimpleNamespace(name=n) for n in names]
+    assert F["graph_launches"](events) == 2
+    assert F["graph_launches"]([SimpleNamespace(name="cudaLaunchKernel")] * 16) == 0
+
+
+def _limited_runs(compile_kwargs: dict) -> tuple[int, list[int]]:
+    graphs, runs = [], []
+
+    def backend(gm, example_inputs):
+        index = len(graphs)
+        graphs.append(gm)
+
+        def run(*args):
+            runs.append(index)
+            return gm(*args)
+
+        return run
+
+    torch.compiler.reset()
+    fn = torch.compile(lambda v, s: torch.sin(v) * s, backend=backend, dynamic=False, **compile_kwargs)
+    for n in (2, 3, 4, 5):
+        fn(torch.randn(n), 2.0)
+    torch.compiler.reset()
+    return len(graphs), runs
+
+
+def test_section_3_recompile_limit_both_ways():
+    """Section 3 sets the limit per call where torch.compile takes recompile_limit= (2.13+) and through the global
+    config otherwise (2.11). The global way works on every torch, and restores; the per-call way, where it exists,
+    gives the same graphs and leaves the global alone."""
+    before = torch._dynamo.config.recompile_limit
+    with torch._dynamo.config.patch(recompile_limit=2):
+        assert _limited_runs({}) == (2, [0, 1])
+    assert torch._dynamo.config.recompile_limit == before
+    if "recompile_limit" in inspect.signature(torch.compile).parameters:
+        assert _limited_runs({"recompile_limit": 2}) == (2, [0, 1])
+        assert torch._dynamo.config.recompile_limit == before
+    else:
+        with pytest.raises(TypeError, match="recompile_limit"):
+            torch.compile(torch.sin, recompile_limit=2)

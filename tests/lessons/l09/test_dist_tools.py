@@ -31,7 +31,7 @@ from torchcontracts.lessons.l09_distributed.dist_tools import (
     stderr_to,
     write_script,
 )
-from torchcontracts.lessons.l09_distributed.rank_runner import AUTOGRAD_FORK, BAD_AUTOGRAD_FORK, run_ranks
+from torchcontracts.lessons.l09_distributed.rank_runner import AUTOGRAD_FORK, BAD_AUTOGRAD_FORK, in_fork, run_ranks
 
 pytestmark = [
     pytest.mark.skipif(
@@ -410,3 +410,18 @@ def test_a_failed_launch_names_torchruns_error_line_not_its_banner():
     )
     ranked = Launch(["x", "-m", "y"], 1, False, 1.0, banner, {1: RankLog("", "ValueError: bad shard\n")}, {}, [])
     assert ranked.reason() == "torchrun exited with code 1: ValueError: bad shard"
+
+
+def _pid_and_double(x):
+    return os.getpid(), x * 2
+
+
+def test_in_fork_runs_the_function_in_another_process_and_returns_its_result():
+    pid, doubled = in_fork(_pid_and_double, torch.arange(3.0))
+    assert pid != os.getpid() and torch.equal(doubled, torch.tensor([0.0, 2.0, 4.0]))
+    _nothing_alive()
+
+
+def test_the_autograd_fork_message_says_any_first_backward_does_it_with_a_gpu():
+    assert "with a GPU and a CUDA build any first backward does" in BAD_AUTOGRAD_FORK
+    assert "in_fork" in BAD_AUTOGRAD_FORK

@@ -155,21 +155,41 @@ def test_c063_fails_when_the_flag_makes_no_views_or_saves_nothing(experiments):
 # --- C064: broadcast_buffers ----------------------------------------------------------------------------
 
 
+ON, OFF, NEW_OFF = "default", "broadcast_buffers=False", "forward_sync_buffers=False"
+
+
 def test_c064_holds_on_ddp(experiments):
     assert F["proof_c064"](F["buffer_facts"](experiments)) is True
 
 
+def test_broadcast_buffers_false_skips_the_init_sync_and_forward_sync_buffers_false_does_not(experiments):
+    """L09-1: the two spellings of "off" are different flags. Where DDP has forward_sync_buffers (2.13+), its False
+    still broadcasts rank 0's buffers in the constructor; broadcast_buffers=False does not, in every torch."""
+    assert F["buffer_facts"](experiments, ON)["after DDP(...), rank 1 holds rank 0's buffer"] is True
+    assert F["buffer_facts"](experiments, OFF)["after DDP(...), rank 1 holds rank 0's buffer"] is False
+    has_new = "forward_sync_buffers" in inspect.signature(nn.parallel.DistributedDataParallel).parameters
+    assert (NEW_OFF in experiments[0]["buffers"]) is has_new
+    if has_new:
+        new = F["buffer_facts"](experiments, NEW_OFF)
+        assert new["after DDP(...), rank 1 holds rank 0's buffer"] is True
+        assert new["syncing off: ranks start forward with the same running_mean"] is False
+        warning = experiments[0]["buffers"][OFF]["warning"]
+        assert "still syncs buffers at init" in warning, warning  # the caveat, printed whole
+    else:
+        assert experiments[0]["buffers"][OFF]["warning"] == ""  # before 2.13 broadcast_buffers is not deprecated
+
+
 def test_c064_fails_if_turning_syncing_off_kept_the_ranks_in_step(experiments):
     seed = copy.deepcopy(experiments)
-    seed[1]["buffers"][False]["running_mean at forward 2"] = seed[0]["buffers"][False]["running_mean at forward 2"]
+    seed[1]["buffers"][OFF]["running_mean at forward 2"] = seed[0]["buffers"][OFF]["running_mean at forward 2"]
     assert F["proof_c064"](F["buffer_facts"](seed)) is False
     averaged = copy.deepcopy(experiments)  # "syncing" that averaged: rank 0 would not see its own running mean
     mean = (
-        averaged[0]["buffers"][True]["running_mean at forward 2"]
-        + averaged[1]["buffers"][False]["running_mean at forward 2"]
+        averaged[0]["buffers"][ON]["running_mean at forward 2"]
+        + averaged[1]["buffers"][OFF]["running_mean at forward 2"]
     ) / 2
     for r in (0, 1):
-        averaged[r]["buffers"][True]["running_mean at forward 2"] = mean
+        averaged[r]["buffers"][ON]["running_mean at forward 2"] = mean
     assert F["proof_c064"](F["buffer_facts"](averaged)) is False
 
 
@@ -239,3 +259,69 @@ def test_c121_fails_in_the_seeds_world(seed_side):
 
 def test_c121_fails_when_no_hung_collective_ended():
     assert F["proof_c121"](F["nccl_env_facts"](TORCH_DIR, None)) is False
+
+
+# --- what the CPU run cannot execute: the kernel's own backward, and the CUDA branches, read from the source ---
+
+
+def _kernel_cells() -> list[str]:
+    """The code the lesson's kernel runs itself (not the scripts its ``%%writefile`` cells write)."""
+    return [c.source for c in read(NB).cells if c.cell_type == "code" and not c.source.startswith("%%")]
+
+
+def test_the_kernel_never_runs_backward_itself():
+    """With a GPU and a CUDA build, the kernel's first backward would stop every later fork (run_ranks, Try-it 09.2)
+    from running one: a backward in a kernel cell belongs in a function that in_fork or the ranks call."""
+    import ast
+
+    def outside_functions(node):
+        for child in ast.iter_child_nodes(node):
+            if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                yield child
+                yield from outside_functions(child)
+
+    found = [
+        ast.unparse(n)
+        for source in _kernel_cells()
+        for n in outside_functions(ast.parse(source))
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "backward"
+    ]
+    assert found == [], found
+    assert sum("in_fork(" in s for s in _kernel_cells()) >= 3  # cells 20, 48 (part E) and the NCCL cell
+
+
+def test_fsdp_shards_on_an_explicit_cpu_mesh():
+    """With no mesh, fully_shard picks the accelerator (cuda on a GPU box) while the group is gloo on CPU."""
+    script = _script("experiments.py")
+    calls = re.findall(r"fully_shard\(([^)]*)\)", script)
+    assert calls and all("mesh=mesh" in c for c in calls), calls
+    assert 'mesh = init_device_mesh("cpu", (world,))' in script
+    assert "p.grad.full_tensor().cpu()" in script
+
+
+def test_the_cuda_cells_set_the_device_first_and_accept_any_async_error_handling_but_off():
+    cells = _kernel_cells()
+    nccl_scripts = [s for s in cells if 'init_process_group("nccl"' in s]
+    assert len(nccl_scripts) == 2
+    for s in nccl_scripts:
+        assert s.index("torch.cuda.set_device(") < s.index('init_process_group("nccl"'), s[:200]
+    assert not any('["async error handling"] == "1"' in s for s in cells)
+    assert any('nccl["async error handling"] not in (None, "", "0")' in s for s in cells)
+    assert any("died.seconds < 30" in s for s in cells)  # "nobody waited for the 30 s timeout", asserted
+
+
+def test_no_warning_is_cut_and_no_api_is_called_by_one_versions_name_only():
+    cells = [c.source for c in read(NB).cells if c.cell_type == "code"]
+    assert not any('.split(". ")[0]' in s for s in cells)
+    collectives = _script("collectives_demo.py")
+    assert 'hasattr(dist, "all_gather_single")' in collectives
+    assert "dist.all_gather_single(t" not in collectives and "dist.reduce_scatter_single(t" not in collectives
+    experiments = _script("experiments.py")  # forward_sync_buffers only where DDP's signature has it (2.13+)
+    assert 'if "forward_sync_buffers" in inspect.signature(DDP).parameters:' in experiments
+
+
+def test_the_c064_cell_asks_the_key_the_script_writes():
+    """Cell 44 takes the 2.13 path when part D tried forward_sync_buffers=False (the key part D writes)."""
+    cell = next(c.source for c in read(NB).cells if c.cell_type == "code" and 'tc.claim("C064")' in c.source)
+    assert f'has_forward_sync = "{NEW_OFF}" in E0["buffers"]' in cell
+    assert f'modes["{NEW_OFF}"]' in _script("experiments.py")

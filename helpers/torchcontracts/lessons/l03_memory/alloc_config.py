@@ -17,6 +17,7 @@ from typing import Any
 __all__ = ["KiB", "MiB", "Config", "Constants", "constants", "header_constants"]
 
 KiB, MiB = 1 << 10, 1 << 20
+MIN_MAX_SPLIT = 20 * MiB  # kLargeBuffer: CUDA's smallest max_split_size_mb
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,6 +76,15 @@ class Config:
     roundup_power2_divisions: int = 0  # 0 or 1: plain 512 B rounding
     expandable_segments: bool = False
     capacity: int | None = None  # device bytes the model may reserve; None: unlimited
+
+    def __post_init__(self) -> None:
+        # CUDA's parser refuses the same (measured on an H200, torch 2.11: "CachingAllocator option
+        # max_split_size_mb too small, must be >= 20"): a block under kLargeBuffer is never split off a segment.
+        if self.max_split_size is not None and self.max_split_size < MIN_MAX_SPLIT:
+            raise ValueError(
+                f"CachingAllocator option max_split_size_mb too small, must be >= {MIN_MAX_SPLIT // MiB} "
+                "(CUDA refuses it too)"
+            )
 
     @classmethod
     def parse(cls, text: str, capacity: int | None = None) -> Config:

@@ -215,7 +215,7 @@ def explorer() -> Any:
     order = w.Dropdown(
         options=["every other", "first half", "all, in order", "all, reversed"], value="every other", description="free"
     )
-    split = w.Dropdown(options=[("unlimited", 0), ("8 MiB", 8), ("16 MiB", 16)], value=0, description="max_split")
+    split = w.Dropdown(options=[("unlimited", 0), ("20 MiB", 20), ("32 MiB", 32)], value=0, description="max_split")
     image = w.Image(format="png")
     info = w.HTML()
     box = w.VBox([w.HBox([size, big]), w.HBox([order, split]), image, info])

@@ -117,13 +117,16 @@ class SavedTensorMeter:
 def graph_saved_tensors(t: torch.Tensor) -> list[torch.Tensor]:
     """The tensors still saved in the autograd graph behind ``t`` (empty after a backward frees them)."""
     out: list[torch.Tensor] = []
-    seen: set[int] = set()
+    # Keyed by id, holding the node: a graph node's Python object lives only while something refers to it, and a
+    # freed one's id can come back for another node, which a set of bare ids takes as seen (it cut the walk short
+    # on torch 2.11: 8,196 bytes found behind a 4-layer MLP's loss instead of 7 saved 32x64 activations).
+    seen: dict[int, Any] = {}
     stack = [t.grad_fn]
     while stack:
         fn = stack.pop()
         if fn is None or id(fn) in seen:
             continue
-        seen.add(id(fn))
+        seen[id(fn)] = fn
         for name in dir(fn):
             if name.startswith("_saved_"):
                 try:

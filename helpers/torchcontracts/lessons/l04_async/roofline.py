@@ -16,13 +16,14 @@ the notebook.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
 import os
 import time
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -37,6 +38,7 @@ __all__ = [
     "machine_label",
     "measure_ceilings",
     "roofline_plot",
+    "tf32_off",
 ]
 
 MiB = 1 << 20
@@ -274,20 +276,35 @@ def measure_ceilings(
     )
 
 
+@contextlib.contextmanager
+def tf32_off() -> Iterator[dict[str, bool]]:
+    """fp32 as fp32 inside the block: TF32 off for cuBLAS matmuls and for cuDNN convolutions, restored after.
+
+    torch's defaults differ (matmul TF32 off, cuDNN TF32 on), so an fp32 conv would run on tensor cores while an
+    fp32 GEMM roof did not. Yields the flags as they were before. The flags exist, and this runs, on any build.
+    """
+    before = {"matmul": torch.backends.cuda.matmul.allow_tf32, "cudnn": torch.backends.cudnn.allow_tf32}
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    try:
+        yield dict(before)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = before["matmul"]
+        torch.backends.cudnn.allow_tf32 = before["cudnn"]
+
+
 def _measure_cuda(device: str, size: int, n: int, repeats: int) -> Ceilings:
     a, b, c = (torch.rand(size // 4, device=device) for _ in range(3))
     triad = _best_cuda(lambda: torch.add(b, c, alpha=3.0, out=a), repeats)  # noqa: F821 - ruff reads the later `del` as unbinding them
     copy = _best_cuda(lambda: a.copy_(b), repeats)  # noqa: F821 - ruff reads the later `del` as unbinding them
     del a, b, c
-    flops = {
-        "float32": _gemm_rate(n, torch.float32, device, repeats),
-        "bfloat16": _gemm_rate(n, torch.bfloat16, device, repeats),
-    }
+    with tf32_off():  # an fp32 roof: TF32 would make it a tensor-core roof (place fp32 kernels inside tf32_off too)
+        fp32 = _gemm_rate(n, torch.float32, device, repeats)
+    flops = {"float32": fp32, "bfloat16": _gemm_rate(n, torch.bfloat16, device, repeats)}
     name = torch.cuda.get_device_name(device)
-    tf32 = torch.backends.cuda.matmul.allow_tf32
     notes = (
         f"{name}: triad and copy over arrays of {size / MiB:.0f} MiB; GEMM {n}^3; CUDA events; "
-        f"fp32 matmul TF32 {'on' if tf32 else 'off'}; device-to-device copy {2 * size / copy / 1e12:.2f} TB/s",
+        f"fp32 GEMM with TF32 off; device-to-device copy {2 * size / copy / 1e12:.2f} TB/s",
     )
     return Ceilings(f"{device} ({name})", 1, 3 * size / triad, flops, {}, {"array_bytes": size, "gemm_n": n}, "", notes)
 

@@ -4,7 +4,8 @@
 ``reduce_scatter``; the judge finds out by running those collectives on a real two-process gloo
 group (``rank_runner.run_ranks``), so the checker states what torch does, not a second formula.
 09.2 asks for the all-reduce DDP does for you: run inside every rank after a local backward, it
-must leave each rank with the single-process gradient of the global batch (computed here).
+must leave each rank with the single-process gradient of the global batch (computed here by the chain
+rule: this process never runs backward, so the ranks it forks can).
 The reference answers live only in tests/test_tryit_lesson09.py.
 """
 
@@ -18,6 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from torchcontracts.checks import Case, Check, Comparison, compare, short
+from torchcontracts.lessons.l09_distributed.lab07_judges import mlp_grads
 from torchcontracts.lessons.l09_distributed.rank_runner import run_ranks
 from torchcontracts.checks.tryit import Exercise, exercises_by_id
 
@@ -37,11 +39,14 @@ def _collectives_rank(rank: int, world: int, mine: torch.Tensor) -> dict[str, to
     t = mine.clone()
     dist.broadcast(t, src=0)
     out["broadcast"] = t
+    renamed = hasattr(dist, "all_gather_single")  # torch 2.13+; before, all_gather_into_tensor is the only name
+    all_gather = dist.all_gather_single if renamed else dist.all_gather_into_tensor
+    reduce_scatter = dist.reduce_scatter_single if renamed else dist.reduce_scatter_tensor
     gathered = torch.empty(world * mine.numel(), dtype=mine.dtype)
-    dist.all_gather_single(gathered, mine.clone())
+    all_gather(gathered, mine.clone())
     out["all_gather"] = gathered
     part = torch.empty(mine.numel() // world, dtype=mine.dtype)
-    dist.reduce_scatter_single(part, mine.clone())  # op=SUM, then rank r keeps chunk r
+    reduce_scatter(part, mine.clone())  # op=SUM, then rank r keeps chunk r
     out["reduce_scatter"] = part
     return out
 
@@ -142,9 +147,9 @@ def _average_cases(seed: int) -> list[Case]:
 
 def _judge_average(case: Case, out: Any) -> list[Comparison]:
     seed, world, x, y = case.args
-    model = _model(seed)
-    F.mse_loss(model(x), y).backward()
-    want = [p.grad for p in model.parameters()]
+    # by the chain rule, not backward(): this kernel forks the ranks, and on a GPU machine its first backward
+    # would leave every later fork unable to run one (lab07_judges.mlp_grads says why)
+    want = mlp_grads([p.detach() for p in _model(seed).parameters()], x, y)
     per_rank = out.get("grads") if isinstance(out, dict) else None
     if not isinstance(per_rank, list) or len(per_rank) != world:
         return [Comparison.plain("gradients", False, "the check's driver returned no gradients: rerun the cell")]
