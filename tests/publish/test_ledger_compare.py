@@ -32,8 +32,8 @@ def _cached() -> list[dict[str, str]]:
     [
         ("measured on cpu", "measured"),
         ("measured on cuda (NVIDIA H200)", "measured"),
-        ("torch source (c10/core/AllocatorConfig.h)", "torch source"),
-        ("allocator model", "allocator model"),
+        ("torch source (c10/core/AllocatorConfig.h)", "source"),
+        ("allocator model", "model"),
         ("docs: torch.compile", "docs"),
         ("pytorch/serve README", "citation"),
         ("not covered", "not covered"),

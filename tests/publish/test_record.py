@@ -50,7 +50,8 @@ def test_the_fixture_is_a_valid_record_and_says_it_is_a_fixture():
     rec = load_record(FIXTURE)
     assert rec is not None and rec.fixture and "FIXTURE" in rec.label
     frame = rec.claims_frame()
-    assert list(frame.columns) == ["id", "verdict", "evidence", "source", "notebook"] and len(frame) == 4
+    assert list(frame.columns) == ["id", "verdict", "basis", "evidence", "source", "notebook"] and len(frame) == 4
+    assert set(frame["basis"]) <= {"measured", "source", "docs", "model", "citation"}
 
 
 def _set(data: dict, path: str, value) -> dict:

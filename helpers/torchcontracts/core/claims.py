@@ -26,12 +26,26 @@ __all__ = [
     "claim",
     "owned_by",
     "recorded",
+    "BASES",
     "seed_section",
     "verdict",
 ]
 
 Verdict = Literal["true", "false", "partly", "outdated", "gpu-only"]
 VERDICTS: tuple[str, ...] = ("true", "false", "partly", "outdated", "gpu-only")
+Basis = Literal["measured", "source", "docs", "model", "citation"]
+# What a verdict rests on: a run on this device, torch's source, the docs, the course's allocator model, or a text
+# outside torch (a README, release notes). Only "measured" may be called proved or measured anywhere in the course.
+BASES: tuple[str, ...] = ("measured", "source", "docs", "model", "citation")
+BASIS_WORDS = {
+    "measured": "measured",
+    "source": "the torch source",
+    "docs": "the docs",
+    "model": "the allocator model",
+    "citation": "a citation",
+}
+# A non-measured verdict may not claim a measurement: "not measured" and "unmeasured" are fine.
+_CLAIMS_A_RUN = re.compile(r"(?<!not )(?<!nothing )(?<!un)\b(proved|proven|proves|measured)\b", re.I)
 LEDGER_ENV = "TORCHCONTRACTS_LEDGER"  # JSON-lines file that `torchcontracts ledger` collects
 
 
@@ -58,6 +72,8 @@ class Record:
     source: str
     device: str
     torch: str
+    basis: str = "measured"  # one of BASES
+    expect: str = ""  # gpu-only only: the verdict the source/docs/model expect a GPU run to give
 
 
 class ClaimContradicted(AssertionError):
@@ -148,11 +164,23 @@ def claim(claim_id: str) -> Claim:
     return c
 
 
-def verdict(claim_id: str, verdict: Verdict, *, evidence: str, proof: bool, source: str | None = None) -> None:
-    """Assert the measured ``proof`` of a verdict, print it, and record it for the ledger.
+def verdict(
+    claim_id: str,
+    verdict: Verdict,
+    *,
+    evidence: str,
+    proof: bool,
+    source: str | None = None,
+    basis: Basis | None = None,
+    expect: str | None = None,
+) -> None:
+    """Assert the ``proof`` of a verdict, print it with what it rests on, and record it for the ledger.
 
-    ``source`` says what produced the verdict: by default the device the cell ran on
-    ("measured on cpu"); pass e.g. "allocator model" or "torch source" otherwise.
+    ``basis`` says what the verdict rests on (``BASES``). Left out, the cell measured it on this
+    device and ``source`` becomes "measured on cpu" (or cuda). A ``source`` text (the file, page or
+    README) needs a ``basis``, and a verdict that does not rest on a measurement may not call itself
+    proved or measured. A ``gpu-only`` verdict decides nothing here, so it says what a GPU run is
+    expected to show (``expect``) and what that expectation rests on; the GPU record confirms it or not.
     Returns None so a claim cell ends quietly; ``recorded()`` holds the records.
     """
     c = _lookup(claim_id)
@@ -160,15 +188,42 @@ def verdict(claim_id: str, verdict: Verdict, *, evidence: str, proof: bool, sour
         raise ValueError(f"verdict must be one of {VERDICTS}, got {verdict!r}")
     if not isinstance(proof, bool):
         raise TypeError(f"{claim_id}: proof must be a bool computed from a measurement, got {type(proof).__name__}")
+    if source is not None and basis is None:
+        raise TypeError(f"{claim_id}: a source={source!r} needs basis=, one of {BASES}")
+    basis = basis or "measured"
+    if basis not in BASES:
+        raise ValueError(f"{claim_id}: basis must be one of {BASES}, got {basis!r}")
+    if verdict == "gpu-only":
+        if expect not in VERDICTS[:4]:
+            raise ValueError(
+                f"{claim_id}: a gpu-only verdict says what a GPU run should show: expect= one of {VERDICTS[:4]}"
+            )
+        if basis == "measured":
+            raise ValueError(f"{claim_id}: gpu-only decides nothing here; basis= names what the expectation rests on")
+    elif expect is not None:
+        raise ValueError(f"{claim_id}: expect= belongs to gpu-only verdicts; '{verdict}' is already decided")
+    if basis != "measured":
+        word = _CLAIMS_A_RUN.search(f"{evidence} {source or ''}")
+        if word:
+            raise ValueError(
+                f"{claim_id}: rests on {BASIS_WORDS[basis]}, so it may not say '{word.group(0)}': say cited or modelled"
+            )
     if not proof:
         raise ClaimContradicted(
             f"{c.id}: this machine's measurement does not support the verdict '{verdict}'. "
             f"Evidence: {evidence}. Re-read the cell: PyTorch behaved differently here."
         )
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    rec = Record(c.id, verdict, evidence, source or f"measured on {device}", device, torch.__version__)
+    src = source or (f"measured on {device}" if basis == "measured" else BASIS_WORDS[basis])
+    rec = Record(c.id, verdict, evidence, src, device, torch.__version__, basis, expect or "")
     _RECORDS[c.id] = rec
-    print(f"VERDICT {c.id}: {verdict.upper()} - {evidence}  [{rec.source}, torch {torch.__version__}]")
+    head = (
+        f"GPU-ONLY - {BASIS_WORDS[basis]} expects {rec.expect.upper()}; a GPU run decides"
+        if verdict == "gpu-only"
+        else verdict.upper()
+        + ("" if basis == "measured" else f" ({'modelled' if basis == 'model' else 'cited'}: {BASIS_WORDS[basis]})")
+    )
+    print(f"VERDICT {c.id}: {head} - {evidence}  [{rec.source}, torch {torch.__version__}]")
     path = os.environ.get(LEDGER_ENV)
     if path:
         with open(path, "a", encoding="utf-8") as fh:

@@ -55,7 +55,8 @@ __all__ = [
     "this_python_kernel",
 ]
 
-COLUMNS = ["id", "claim", "verdict", "evidence", "source", "notebook", "device", "torch"]
+# basis: what the verdict rests on (core.claims.BASES); expect: what a gpu-only verdict expects a GPU run to show
+COLUMNS = ["id", "claim", "verdict", "basis", "expect", "evidence", "source", "notebook", "device", "torch"]
 LedgerRow = dict[str, str]
 
 
@@ -217,6 +218,8 @@ def _rows(seen: dict[str, dict[str, str]]) -> list[LedgerRow]:
                 "id": cid,
                 "claim": claim.en,
                 "verdict": rec.get("verdict", "not covered"),
+                "basis": rec.get("basis", "measured" if rec else ""),
+                "expect": rec.get("expect", ""),
                 "evidence": rec.get("evidence", ""),
                 "source": rec.get("source", ""),
                 "notebook": rec.get("notebook", ""),

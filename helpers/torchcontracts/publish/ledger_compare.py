@@ -2,9 +2,10 @@
 
 Ledgers from several torch versions (or devices) say whether a contract still holds: a claim whose verdict, or the
 kind of evidence behind it, differs between any two of them is printed in one table, one column per ledger; claims
-the same in all are counted, not listed. The kind of evidence is read from the ``source`` column's wording
-("measured on cpu", "torch source ...", "allocator model", "docs ..."), until the ledger carries a basis column of
-its own. ``--check`` makes a difference an error (exit 1): CI compares each leg's ledger with the one the package
+the same in all are counted, not listed. The kind of evidence is the ``basis`` column (measured, source, docs, model,
+citation); a ledger kept before that column existed has it read from the ``source`` column's wording ("measured on
+cpu", "torch source ...", "allocator model", "docs ..."). A gpu-only verdict reads with what it expects
+("gpu-only, expects false"), so a changed expectation shows too. ``--check`` makes a difference an error (exit 1): CI compares each leg's ledger with the one the package
 keeps for that torch version (:mod:`torchcontracts.publish.ledger_versions`).
 """
 
@@ -16,12 +17,17 @@ from typing import Iterable, Sequence
 
 __all__ = ["Change", "compare", "compare_many", "evidence_kind", "label", "read_ledger", "render", "run_compare"]
 
-_KINDS = (("measured", "measured"), ("torch source", "torch source"), ("allocator model", "allocator model"))
+_KINDS = (("measured", "measured"), ("torch source", "source"), ("allocator model", "model"))
 Ledger = dict[str, dict[str, str]]
 
 
-def evidence_kind(source: str) -> str:
-    """'measured', 'torch source', 'allocator model', 'docs' or 'citation', from a ledger row's ``source``."""
+def evidence_kind(source: str | dict[str, str]) -> str:
+    """'measured', 'source', 'model', 'docs' or 'citation': a row's ``basis``, or (a row or text without one) read
+    from its ``source`` wording."""
+    if isinstance(source, dict):
+        if source.get("basis"):
+            return source["basis"]
+        source = source.get("source", "")
     low = source.strip().lower()
     for prefix, kind in _KINDS:
         if low.startswith(prefix):
@@ -45,7 +51,10 @@ Change = tuple[str, str, str, str, str]  # id, verdict in A, verdict in B, evide
 
 def _cell(rows: Ledger, cid: str) -> tuple[str, str]:
     row = rows.get(cid)
-    return (row["verdict"], evidence_kind(row["source"])) if row else ("absent", "absent")
+    if not row:
+        return ("absent", "absent")
+    verdict = row["verdict"] + (f", expects {row['expect']}" if row.get("expect") else "")
+    return (verdict, evidence_kind(row))
 
 
 def compare_many(ledgers: Sequence[Ledger]) -> list[tuple[str, list[tuple[str, str]]]]:

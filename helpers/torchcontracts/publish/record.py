@@ -110,13 +110,15 @@ class GpuRecord:
         )
 
     def claims_frame(self) -> Any:
-        """The recorded verdicts as a pandas table: id, verdict, evidence, source, notebook."""
+        """The recorded verdicts as a pandas table: id, verdict, basis (read from the source in a record made before
+        verdicts carried one), evidence, source, notebook."""
         import pandas as pd
 
-        cols = ["id", "verdict", "evidence", "source", "notebook"]
-        return pd.DataFrame(
-            [{"id": cid, **{k: c[k] for k in cols[1:]}} for cid, c in sorted(self.data["claims"].items())], columns=cols
-        )
+        from torchcontracts.publish.ledger_compare import evidence_kind
+
+        cols = ["id", "verdict", "basis", "evidence", "source", "notebook"]
+        rows = [{"id": cid, **c, "basis": evidence_kind(c)} for cid, c in sorted(self.data["claims"].items())]
+        return pd.DataFrame([{k: r[k] for k in cols} for r in rows], columns=cols)
 
 
 def package_record_file() -> Path:

@@ -118,6 +118,7 @@ def run_lessons_logged(
         )
         for rec in result.records:
             claims[rec["id"]] = {k: rec[k] for k in ("verdict", "evidence", "source", "notebook")}
+            claims[rec["id"]].update({k: rec[k] for k in ("basis", "expect") if k in rec})  # since issue 25
         n = len({r["id"] for r in result.records})
         lessons[result.notebook] = {"seconds": round(result.seconds, 1), "error": result.error, "claims": n}
         status = "not run" if not result.ran else "failed" if result.error else "ok"

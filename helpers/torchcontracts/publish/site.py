@@ -23,6 +23,7 @@ from typing import Any, Sequence
 from torchcontracts import course
 from torchcontracts.core.nbio import nbformat
 from torchcontracts.labs.load import load as load_lab
+from torchcontracts.publish.ledger_compare import evidence_kind
 
 from torchcontracts.publish.site_render import SiteError, error_outputs, guard, static_widgets, strip_noise, to_html
 
@@ -102,6 +103,8 @@ def _ledger_rows(records: dict[str, dict[str, str]], built: set[str]) -> tuple[l
                 "claim": c.en,
                 "seed words": c.zh,
                 "verdict": r.get("verdict", "not covered"),
+                "basis": evidence_kind(r) if r else "",
+                "expects": r.get("expect", ""),
                 "evidence": r.get("evidence", ""),
                 "source": r.get("source", ""),
                 "torch": r.get("torch", ""),
@@ -117,7 +120,8 @@ def _ledger_page(rows: list[dict[str, str]], gpu_label: str) -> str:
     from collections import Counter
 
     counts = Counter(r["verdict"] for r in rows)
-    cols = ["id", "topic", "lesson", "claim", "seed words", "verdict", "evidence", "source", "torch", "origin"]
+    cols = ["id", "topic", "lesson", "claim", "seed words", "verdict", "basis", "expects", "evidence", "source"]
+    cols += ["torch", "origin"]
     if gpu_label:
         cols += ["cuda verdict", "cuda evidence"]
     head = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
