@@ -29,6 +29,11 @@ def _text(cell) -> str:
     return "".join(parts)
 
 
+def _html(cell, needle: str) -> str:
+    """The cell's HTML output that contains ``needle`` (a table)."""
+    return next(o["data"]["text/html"] for o in cell.outputs if needle in o.get("data", {}).get("text/html", ""))
+
+
 def _cell(nb, needle: str):
     return next(c for c in nb.cells if c.cell_type == "code" and needle in c.source)
 
@@ -81,7 +86,32 @@ def test_the_recorded_figure_shows_beside_this_machines_own(with_fixture_record)
 def test_five_computed_lines_count_the_gpu_differences(with_fixture_record):
     lines = _text(_cell(with_fixture_record, "lines = [")).strip().splitlines()
     assert [ln[:3] for ln in lines] == ["1. ", "2. ", "3. ", "4. ", "5. "]
-    assert "2 verdicts differ on the recorded GPU" in lines[4]
+    assert "On the recorded GPU, 2 of 10 gpu-only expectations were confirmed and 0 refuted" in lines[4]
+    assert "0 decided verdicts differ by device" in lines[4]
+
+
+def test_each_gpu_only_expectation_is_checked_against_the_record(with_fixture_record):
+    page = _html(_cell(with_fixture_record, "record = load_record()"), "outcome")
+    rows = dict(re.findall(r">\s*(C\d{3}b?)\s*<.*?>\s*(confirmed|refuted[^<]*|not in the record yet)\s*<", page, re.S))
+    assert rows["C019"] == rows["C024"] == "confirmed", rows  # the fixture says false, as the source expects
+    assert rows["C115"] == "not in the record yet", rows
+
+
+def test_a_refuted_expectation_is_named(tmp_path, monkeypatch):
+    """The check can fail: a record where the GPU says the opposite of what the source expects shows 'refuted'."""
+    import json
+
+    data = json.loads(FIXTURE.read_text())
+    data["claims"]["C019"]["verdict"] = "true"  # the CPU ledger expects false
+    wrong = tmp_path / "gpu_record.fixture.json"
+    wrong.write_text(json.dumps(data))
+    monkeypatch.setenv(RECORD_ENV, str(wrong))
+    nb = nbformat.read(LESSON, as_version=4)
+    execute(nb, LESSON.name, cwd=LESSON.parent, cell_timeout=120)
+    page = _html(_cell(nb, "record = load_record()"), "outcome")
+    assert re.search(r">\s*C019\s*<.*?refuted: the GPU says true", page, re.S)
+    lines = _text(_cell(nb, "lines = [")).strip().splitlines()
+    assert "1 of 10 gpu-only expectations were confirmed and 1 refuted" in lines[4]
 
 
 def test_without_a_record_it_says_so_in_one_line(tmp_path, monkeypatch):
@@ -100,6 +130,8 @@ def test_without_a_record_it_says_so_in_one_line(tmp_path, monkeypatch):
     nb.cells = keep
     monkeypatch.setenv(RECORD_ENV, str(tmp_path / "no_record.json"))
     execute(nb, LESSON.name, cwd=LESSON.parent, cell_timeout=120)
-    assert _text(nb.cells[-1]).strip().splitlines() == [
-        "No recorded GPU ledger in this copy of the course: `torchcontracts record` on a GPU machine writes one."
+    lines = [ln for ln in _text(nb.cells[-1]).strip().splitlines() if not ln.startswith("<pandas.")]
+    assert lines == [
+        "No recorded GPU ledger in this copy of the course: `torchcontracts record` on a GPU machine writes one.",
+        "10 gpu-only verdicts here; what their basis expects a GPU to show:",
     ]
