@@ -276,8 +276,10 @@ def build_site(
     wanted[src / "index.md"] = _index_md(root, picked, labs).encode()
     wanted[src / "ledger.md"] = _LEDGER_MD.encode()
     for old in [p for p in src.rglob("*") if p.is_file()] if src.exists() else []:
-        if old not in wanted:  # a lesson left out this time: not a page, not executed
-            old.unlink()
+        if old not in wanted:  # a lesson left out this time: not a page, not executed, and its old page goes
+            rel = old.relative_to(src)
+            for stale in (old, out / rel.with_suffix(".html"), out / rel, out / "_sources" / rel):
+                stale.unlink(missing_ok=True)
     for path, data in wanted.items():
         _put(path, data)
     (work / "failed.txt").unlink(missing_ok=True)
