@@ -326,3 +326,4 @@ def test_a_rebuild_executes_only_a_lesson_whose_code_changed(tmp_path):
     _tiny_course(root, "print(6 * 8)")
     assert build().lesson_seconds["00_tiny.ipynb"] is not None, "a code edit executes again"
     assert "48" in (out / "notebooks" / "00_tiny.html").read_text(encoding="utf-8")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["course", "out"], "nothing is written beside OUT"

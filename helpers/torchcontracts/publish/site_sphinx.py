@@ -205,6 +205,11 @@ def _work(app: Any) -> Path:
     return Path(app.config.tc_work)
 
 
+def _keep_outputs_in_work(app: Any) -> None:
+    """MyST-NB writes executed notebooks and pictures to OUT/../jupyter_execute: keep them in OUT/.cache instead."""
+    app.env.mystnb_config = app.env.mystnb_config.copy(output_folder=str(_work(app) / "jupyter_execute"))
+
+
 def _source_read(app: Any, docname: str, source: list[str]) -> None:
     """Before a lesson executes (if it does): its verdicts go to a fresh file of its own."""
     from torchcontracts.core.claims import LEDGER_ENV
@@ -333,6 +338,7 @@ def setup(app: Any) -> dict[str, Any]:
         ("tc_started", 0.0),
     ]:
         app.add_config_value(name, default, "env" if name in ("tc_lessons", "tc_labs") else "")
+    app.connect("builder-inited", _keep_outputs_in_work, priority=900)  # after MyST-NB's own (500)
     app.connect("source-read", _source_read)
     app.connect("doctree-read", _doctree_read)
     app.connect("env-get-outdated", _always_reread)
