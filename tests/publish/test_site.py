@@ -41,9 +41,10 @@ PAGES = [*(f"notebooks/{s}.html" for s in LESSONS), "labs/lab01_strides.html", "
 @pytest.fixture(scope="module")
 def built(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("site") / "site"
+    cache = out.parent / "cache"
     env = {**os.environ, "TORCHCONTRACTS_GPU_RECORD": str(FIXTURE)}
     proc = subprocess.run(
-        [sys.executable, "-m", "torchcontracts", "site", str(out), "--only", "00", "01", "--quiet"],
+        [sys.executable, "-m", "torchcontracts", "site", str(out), "--only", "00", "01", "--cache", str(cache)],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -51,7 +52,15 @@ def built(tmp_path_factory) -> Path:
         timeout=600,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert re.search(r"site: 5 pages in .* \([\d.]+ MB\), built in \d+ s", proc.stdout), proc.stdout
+    lines = proc.stdout.splitlines()
+    assert re.fullmatch(r"site: 5 pages in .* \([\d.]+ MB\), built in \d+ s; open .*index.html", lines[-1]), lines
+    assert sorted(ln.split(":")[0].strip() for ln in lines[:3]) == [
+        "labs/lab01_strides",
+        "notebooks/00_start_here",
+        "notebooks/01_tensor_contracts",
+    ], "one line per lesson or lab page"
+    assert len(lines) == 5 and not proc.stderr.strip(), "quiet by default: no Sphinx log, no kernel warnings"
+    assert not (out / site.CACHE).exists() and (cache / ".gitignore").is_file(), "the build cache is not published"
     return out
 
 
@@ -65,9 +74,7 @@ def test_the_site_has_the_pages_and_downloads(built):
         "_sources/labs/lab01_strides.ipynb",
     ]:
         assert (built / rel).is_file(), rel
-    assert not [p for p in built.glob("**/lab0[2-9]*") if site.CACHE not in p.parts], (
-        "only the labs of the lessons built"
-    )
+    assert not list(built.glob("**/lab0[2-9]*")), "only the labs of the lessons built"
     for stem in [*LESSONS, "lab01_strides"]:
         page = next(built.glob(f"*/{stem}.html")).read_text(encoding="utf-8")
         stamp = re.search(r'<p class="tc-stamp">(.*?)</p>', page, re.S)
@@ -94,7 +101,7 @@ def test_the_index_shows_the_course_map_from_the_manifest_and_every_internal_lin
         assert all(f'href="labs/{lab}.html"' in page for lab in les.labs), les.labs
     checked = 0
     for page_path in built.rglob("*.html"):
-        if {site.CACHE, "_static"} & set(page_path.relative_to(built).parts):  # _static: the theme's own templates
+        if "_static" in page_path.relative_to(built).parts:  # _static: the theme's own templates
             continue
         parser = _Links()
         parser.feed(page_path.read_text(encoding="utf-8"))
@@ -139,12 +146,12 @@ def _secret_lines() -> set[str]:
 def test_no_page_holds_solution_code_or_hidden_checks(built):
     secret = _secret_lines()
     assert len(secret) > 10, "the solutions' secret lines were not found: the test would prove nothing"
-    for page in built.rglob("*"):  # the pages, the search index, the downloads, and the build's own sources
+    for page in [*built.rglob("*"), *(built.parent / "cache").rglob("*")]:  # pages, downloads, the build's sources
         if page.suffix not in (".html", ".ipynb", ".csv", ".js", ".md", ".json") or "_static" in page.parts:
             continue
         text = html.unescape(re.sub(r"<[^>]+>", "", page.read_text(encoding="utf-8")))
         leaked = [m for m in FORBIDDEN_MARKERS if m in text] + [ln for ln in secret if ln in text]
-        assert not leaked, f"{page.relative_to(built)} shows solution or hidden-check code: {leaked[:3]}"
+        assert not leaked, f"{page} shows solution or hidden-check code: {leaked[:3]}"
 
 
 def test_the_guard_refuses_a_solution_notebook():
@@ -293,6 +300,8 @@ def test_the_site_never_writes_into_the_course_or_a_foreign_folder(tmp_path):
     with pytest.raises(SiteError, match="not empty"):
         site.build_site(ROOT, foreign, progress=False)
     assert (foreign / "notes.txt").read_text() == "keep me"
+    with pytest.raises(SiteError, match="would be published"):
+        site.build_site(ROOT, tmp_path / "out", progress=False, cache=tmp_path / "out" / "cache")
 
 
 def _tiny_course(root: Path, code: str, prose: str = "A tiny lesson.") -> course.Lesson:
@@ -311,11 +320,12 @@ def _tiny_course(root: Path, code: str, prose: str = "A tiny lesson.") -> course
 
 def test_a_failing_lesson_stops_the_build_in_one_line(tmp_path):
     broken = _tiny_course(tmp_path / "course", "raise ValueError('deliberately broken')")
-    with pytest.raises(SiteError, match=r"00_tiny.ipynb cell 2: ValueError: deliberately broken"):
+    with pytest.raises(SiteError, match=r"00_tiny.ipynb cell 2: ValueError: deliberately broken") as err:
         site.build_site(tmp_path / "course", tmp_path / "out", progress=False, cell_timeout=60, lessons=[broken])
+    assert "\n" not in str(err.value) and "Traceback" not in str(err.value)
 
 
-def test_a_rebuild_executes_only_a_lesson_whose_code_changed(tmp_path):
+def test_a_rebuild_executes_only_a_lesson_whose_code_or_package_changed(tmp_path):
     root, out = tmp_path / "course", tmp_path / "out"
     tiny = _tiny_course(root, "print(6 * 7)")
     build = functools.partial(site.build_site, root, out, progress=False, cell_timeout=60, lessons=[tiny])
@@ -326,4 +336,10 @@ def test_a_rebuild_executes_only_a_lesson_whose_code_changed(tmp_path):
     _tiny_course(root, "print(6 * 8)")
     assert build().lesson_seconds["00_tiny.ipynb"] is not None, "a code edit executes again"
     assert "48" in (out / "notebooks" / "00_tiny.html").read_text(encoding="utf-8")
+    assert build().lesson_seconds["00_tiny.ipynb"] is None, "nothing changed: from the cache"
+    helper = root / "helpers" / "torchcontracts" / "lessons" / "l00_tiny" / "tiny.py"
+    helper.parent.mkdir(parents=True)
+    helper.write_text("ANSWER = 48\n")
+    assert build().lesson_seconds["00_tiny.ipynb"] is not None, "a change in the lesson's package executes again"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["course", "out"], "nothing is written beside OUT"
+    assert (root / site.CACHE).is_dir() and not (out / site.CACHE).exists(), "the cache is in the course, not OUT"

@@ -1,10 +1,12 @@
 """`torchcontracts site OUT/`: the course as a Sphinx site (MyST-NB, the book theme), for reading without running it.
 
-This module is the glue the engine needs: it lays out a Sphinx project in ``OUT/.cache/src`` (the manifest's lessons
+This module is the glue the engine needs: it lays out a Sphinx project in the build cache (``.site-cache/`` in the
+course root, or ``--cache DIR``; never inside OUT, which holds only what is published): the manifest's lessons
 from ``notebooks/``, their student labs from ``labs/``, never ``solutions/``), writes its ``conf.py``, an index page
 with the course map (``publish.course_map``, the README's table) whose hidden toctree gives the sidebar, previous/next
 and search their course order, and the claims ledger page; then it runs ``sphinx-build``. MyST-NB executes the
-lessons through its cache (jupyter-cache, in ``OUT/.cache``): a rebuild executes only a lesson whose code changed.
+lessons through its cache (jupyter-cache): a rebuild executes only a lesson whose code cells, package folder
+(``helpers/torchcontracts/lessons/lNN_*``) or ``core/`` changed, or whose torch or ``TORCHCONTRACTS_*`` setting did.
 ``publish.site_sphinx`` draws widgets in their last state, adds "Download .ipynb", "Open in Colab" and "verified
 with torch X on CPU, date" to each page, keeps each lesson's verdicts, and fills in the ledger.
 """
@@ -34,7 +36,7 @@ from torchcontracts.publish.site_sphinx import LEDGER_SLOT, SiteError, guard
 
 __all__ = ["SiteReport", "build_site", "ledger_html", "run"]
 
-CACHE = ".cache"  # in OUT: the Sphinx sources, doctrees and the execution cache; not part of the published site
+CACHE = ".site-cache"  # in the course root (gitignored): Sphinx sources, doctrees, the execution cache; never in OUT
 
 
 @dataclasses.dataclass
@@ -226,6 +228,25 @@ def _cache_key() -> str:
     return hashlib.sha256(repr((torch.__version__, sys.executable, env)).encode()).hexdigest()[:12]
 
 
+def _package_hash(root: Path, les: course.Lesson) -> str:
+    """The lesson's own package folder and ``core/``: a change there executes the lesson again (its code did not)."""
+    h = hashlib.sha256()
+    pkg = root / "helpers" / "torchcontracts"
+    for folder in (pkg / "lessons" / les.package, pkg / "core"):
+        for path in sorted(folder.rglob("*")) if folder.is_dir() else []:
+            if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
+                h.update(str(path.relative_to(pkg)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+def _with_package_hash(data: bytes, digest: str) -> bytes:
+    """The notebook with the package hash in its kernelspec, the metadata jupyter-cache hashes with the code cells."""
+    nb = json.loads(data)
+    spec = nb.setdefault("metadata", {}).setdefault("kernelspec", {"name": "python3", "display_name": "Python 3"})
+    spec["torchcontracts_package"] = digest
+    return (json.dumps(nb, indent=1, ensure_ascii=False) + "\n").encode()
+
+
 def _kernel(work: Path) -> Path:
     """A kernelspec "python3" that is this interpreter, first on JUPYTER_PATH (a stale user kernelspec never runs)."""
     spec = work / "jupyter" / "kernels" / "python3" / "kernel.json"
@@ -245,11 +266,14 @@ def build_site(
     lessons: Sequence[course.Lesson] | None = None,
     repo: str = "",
     fresh: bool = False,
+    cache: Path | None = None,
 ) -> SiteReport:
     """Lay out the Sphinx project, build it into ``out``; :class:`SiteError` names a lesson that fails.
 
     The lessons are the manifest's (``only``: number prefixes); ``lessons`` gives other rows (tests build a course
-    of their own). ``fresh`` empties the execution cache first.
+    of their own). ``cache`` holds the build's sources, doctrees and execution cache (default ``root/.site-cache``);
+    ``fresh`` empties it first. ``progress`` prints one line per page read; Sphinx's own log goes to
+    ``CACHE/site-*/sphinx.log``.
     """
     import torch
 
@@ -258,17 +282,22 @@ def build_site(
     if not picked:
         raise SiteError(f"site: no lesson of the course manifest matches --only {' '.join(only or [])}")
     _claim_folder(root, out)
-    work = out / CACHE
+    cache = (cache or root / CACHE).resolve()
+    if cache == out.resolve() or out.resolve() in cache.parents:
+        raise SiteError(f"site: the build cache {cache} would be published inside {out}: pick a --cache outside it")
+    work = cache / f"site-{hashlib.sha256(str(out.resolve()).encode()).hexdigest()[:10]}"  # one per OUT
     src = work / "src"
     if fresh:
-        shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(cache, ignore_errors=True)
+    work.mkdir(parents=True, exist_ok=True)
+    (cache / ".gitignore").write_text("*\n", encoding="utf-8")
     wanted: dict[Path, bytes] = {}
     for les in picked:
         path = root / les.notebook
         if not path.is_file():
             raise SiteError(f"site: {path} is in the course manifest but not on disk: run this from the course root")
         guard(nbformat.read(path, as_version=4), les.notebook)
-        wanted[src / les.notebook] = path.read_bytes()
+        wanted[src / les.notebook] = _with_package_hash(path.read_bytes(), _package_hash(root, les))
         for lab_id in les.labs if labs else ():
             lab = root / "labs" / f"{lab_id}.ipynb"
             guard(nbformat.read(lab, as_version=4), f"labs/{lab.name}")  # labs/, never solutions/
@@ -285,7 +314,7 @@ def build_site(
     (work / "failed.txt").unlink(missing_ok=True)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     settings = {
-        "cache": f"jupyter-cache-{_cache_key()}",
+        "cache": str(cache / f"jupyter-cache-{_cache_key()}"),  # shared by every OUT built from this course
         "cell_timeout": cell_timeout,
         "tc_work": str(work.resolve()),
         "tc_lessons": [f"notebooks/{les.stem}" for les in picked],
@@ -294,6 +323,7 @@ def build_site(
         "tc_torch": torch.__version__,
         "tc_device": device,
         "tc_started": start,
+        "tc_progress": progress,
     }
     _put(work / "conf" / "conf.py", _conf_py(work.resolve(), settings).encode())
     env = {
@@ -301,23 +331,21 @@ def build_site(
         "JUPYTER_PATH": os.pathsep.join([str(_kernel(work).resolve()), os.environ.get("JUPYTER_PATH", "")]),
     }
     env.pop("TORCHCONTRACTS_LEDGER", None)
-    cmd = [sys.executable, "-m", "sphinx", "-b", "html", "-c", str(work / "conf"), "-d", str(work / "doctrees")]
-    cmd += ["-q"] if not progress else []
-    proc = subprocess.run(
-        [*cmd, str(src), str(out)],
-        env=env,
-        text=True,
-        stdout=None if progress else subprocess.PIPE,
-        stderr=subprocess.STDOUT if not progress else None,
-    )
+    cmd = [sys.executable, "-m", "sphinx", "-q", "-b", "html", "-c", str(work / "conf"), "-d", str(work / "doctrees")]
+    log = work / "sphinx.log"  # Sphinx's warnings and tracebacks, the kernels' stderr: not the reader's screen
+    with log.open("w", encoding="utf-8") as sink:
+        proc = subprocess.run([*cmd, str(src), str(out)], env=env, text=True, stderr=sink)
     failed = work / "failed.txt"
     if failed.exists():
         raise SiteError(
             f"site: {failed.read_text(encoding='utf-8')}: fix the lesson (or leave it out with --only) and build again"
         )
     if proc.returncode != 0:
-        tail = "\n".join((proc.stdout or "").strip().splitlines()[-20:])
-        raise SiteError(f"site: sphinx-build failed (exit {proc.returncode}){': ' + tail if tail else ''}")
+        lines = [ln for ln in log.read_text(encoding="utf-8", errors="replace").splitlines() if ln.strip()]
+        last = next(
+            (ln.strip() for ln in reversed(lines) if "Error" in ln or "error" in ln), lines[-1] if lines else ""
+        )
+        raise SiteError(f"site: sphinx-build failed (exit {proc.returncode}): {last[:300]} (whole log: {log})")
     kept = json.loads((work / "report.json").read_text(encoding="utf-8"))["lessons"]
     report = SiteReport(out, [], {})
     for name, data in kept.items():
@@ -328,9 +356,7 @@ def build_site(
         out / "ledger.html",
     ]
     report.seconds = time.time() - start
-    report.bytes = sum(
-        p.stat().st_size for p in out.rglob("*") if p.is_file() and CACHE not in p.relative_to(out).parts
-    )
+    report.bytes = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
     return report
 
 
@@ -348,12 +374,14 @@ def run(args: argparse.Namespace) -> int:
             cell_timeout=args.cell_timeout,
             repo=args.repo if args.repo is not None else os.environ.get("TORCHCONTRACTS_REPO", ""),
             fresh=args.fresh,
+            cache=Path(args.cache) if args.cache else None,
         )
     except (SiteError, FileNotFoundError) as err:
         print(err)
         return 1
-    for name, secs in report.lesson_seconds.items():
-        print(f"  {name}: " + (f"executed in {secs:.1f} s" if secs is not None else "from the execution cache"))
+    ran = sum(secs is not None for secs in report.lesson_seconds.values())
+    if not args.quiet:
+        print(f"site: {ran} of {len(report.lesson_seconds)} lessons executed, the others served from the cache")
     print(
         f"site: {len(report.pages)} pages in {args.out} ({report.bytes / 1e6:.1f} MB), built in {report.seconds:.0f} s; "
         f"open {Path(args.out) / 'index.html'}"

@@ -206,7 +206,7 @@ def _work(app: Any) -> Path:
 
 
 def _keep_outputs_in_work(app: Any) -> None:
-    """MyST-NB writes executed notebooks and pictures to OUT/../jupyter_execute: keep them in OUT/.cache instead."""
+    """MyST-NB writes executed notebooks and pictures to OUT/../jupyter_execute: keep them in the build cache."""
     app.env.mystnb_config = app.env.mystnb_config.copy(output_folder=str(_work(app) / "jupyter_execute"))
 
 
@@ -272,6 +272,11 @@ def _doctree_read(app: Any, doctree: Any) -> None:
             app.tc_runs = runs
         fresh.unlink(missing_ok=True)
     executed = exec_data.get("mtime") if docname in app.config.tc_lessons else None
+    if app.config.tc_progress:
+        runs = getattr(app, "tc_runs", {})
+        how = "a lab, not executed" if docname in app.config.tc_labs else "served from the execution cache"
+        how = f"executed in {runs[docname] or 0:.1f} s" if docname in runs else how
+        print(f"  {docname}: {how}", flush=True)
     section = next(iter(doctree.findall(nodes.section)), None)
     if section is not None:
         section.insert(1, _stamp_line(app, docname, executed))
@@ -336,6 +341,7 @@ def setup(app: Any) -> dict[str, Any]:
         ("tc_torch", ""),
         ("tc_device", "cpu"),
         ("tc_started", 0.0),
+        ("tc_progress", True),
     ]:
         app.add_config_value(name, default, "env" if name in ("tc_lessons", "tc_labs") else "")
     app.connect("builder-inited", _keep_outputs_in_work, priority=900)  # after MyST-NB's own (500)
