@@ -179,6 +179,7 @@ _JS_PAGE = """() => ({
   widgets: document.querySelectorAll('.tc-static-widget').length,
   widgetImages: document.querySelectorAll('.tc-static-widget img').length,
   next: (document.querySelector('a.right-next') || {}).href || '',
+  tableLinks: [...document.querySelectorAll('article table a')].map(a => a.getAttribute('href')),
   text: document.body.innerText })"""
 
 
@@ -191,6 +192,14 @@ def _checks_in_chromium(built: Path) -> dict:
         page = context.new_page()
         errors: list[str] = []
         page.on("pageerror", lambda exc: errors.append(str(exc)[:200]))
+        page.on(  # a page, picture, script or style sheet of the site that does not load: a broken internal link
+            "response",
+            lambda r: (
+                errors.append(f"{r.status} {r.url}")
+                if r.status >= 400 and r.url.startswith(base) and not r.url.endswith("favicon.ico")
+                else None
+            ),
+        )
         for rel in PAGES:
             page.goto(base + rel, wait_until="load", timeout=60_000)
             page.wait_for_function("() => [...document.images].every(i => i.complete)", timeout=30_000)
@@ -223,6 +232,7 @@ def _checks_from_html(built: Path) -> dict:
             "widgets": text.count('class="tc-static-widget"'),
             "widgetImages": len(re.findall(r'class="tc-static-widget".*?<img ', text, re.S)),
             "next": nxt[1] if nxt else "",
+            "tableLinks": re.findall(r'<a [^>]*href="([^"]+)"', "".join(re.findall(r"<table.*?</table>", text, re.S))),
             "text": html.unescape(re.sub(r"<[^>]+>", " ", text)),
         }
     found["_next"] = found[f"notebooks/{LESSONS[0]}.html"]["next"]
@@ -247,6 +257,7 @@ def test_the_pages_render_in_a_browser_search_finds_lesson_01_and_next_leads_on(
         assert p["outputs"] >= 5 and p["broken"] == 0, (stem, {k: v for k, v in p.items() if k != "text"})
         assert "Traceback (most recent call last)" not in p["text"] and "Error displaying widget" not in p["text"]
         assert "VERDICT" in p["text"] or stem == "00_start_here"
+        assert p["images"] - p["widgetImages"] >= 1, (stem, "its plots")
     lesson01 = found["notebooks/01_tensor_contracts.html"]
     assert lesson01["images"] >= 1 and lesson01["widgets"] >= 1 and lesson01["widgetImages"] >= 1, (
         "the explorer's picture"
@@ -256,6 +267,10 @@ def test_the_pages_render_in_a_browser_search_finds_lesson_01_and_next_leads_on(
     lab = found["labs/lab01_strides.html"]
     assert "NotImplementedError" in lab["text"] and "BEGIN SOLUTION" not in lab["text"]
     assert "Course map" in found["index.html"]["text"] and "claims ledger" in found["ledger.html"]["text"]
+    links = found["index.html"]["tableLinks"]
+    assert [f"notebooks/{s}.html" for s in LESSONS] + ["labs/lab01_strides.html"] == [
+        h for h in links if h.startswith(("notebooks/", "labs/"))
+    ], links
     assert not found["_errors"], found["_errors"]
 
 
