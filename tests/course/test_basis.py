@@ -17,10 +17,11 @@ import pytest
 import torchcontracts as tc
 from conftest import ROOT, read
 from torchcontracts.core.claims import BASES, VERDICTS, recorded
+from torchcontracts.course import lessons
 from torchcontracts.publish.ledger import COLUMNS, cache_paths
 from torchcontracts.publish.ledger_compare import evidence_kind
 
-LESSONS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+LESSONS = [ROOT / les.notebook for les in lessons()]
 CLAIM_ID = re.compile(r"\bC\d{3}b?\b")
 RUN_WORD = re.compile(r"(?<!not )(?<!un)\b(proved|proven|proves|measured)\b", re.I)
 GPU_WORD = re.compile(r"\b(GPU|CUDA|H200)\b", re.I)
@@ -86,7 +87,7 @@ def test_gpu_only_states_what_a_gpu_run_should_show_and_what_that_rests_on(capsy
         tc.verdict("C115", "false", evidence="x", proof=True, expect="false")
     tc.verdict("C115", "gpu-only", evidence="x", proof=True, source="Conv_v8.cpp", basis="source", expect="false")
     out = capsys.readouterr().out
-    assert "GPU-ONLY - the torch source expects FALSE; a GPU run decides" in out
+    assert "GPU-ONLY - expected FALSE from the torch source; a GPU run decides" in out
     rec = recorded()["C115"]
     assert rec.expect == "false" and rec.basis == "source"
 

@@ -48,7 +48,7 @@ def test_a_changed_verdict_a_changed_basis_and_a_missing_claim_are_named_and_not
     a = _write(tmp_path / "a.csv", rows)
     other = [dict(r, torch="2.11.0+cu130") for r in rows]
     other[0]["verdict"] = "true" if other[0]["verdict"] != "true" else "false"
-    other[1]["source"] = "torch source (somewhere.h)" if not other[1]["source"].startswith("torch") else "measured"
+    other[1]["basis"] = "source" if other[1]["basis"] != "source" else "measured"
     other[2]["evidence"] = "other words, same verdict and basis"  # not a change
     dropped = other.pop(3)
     b = _write(tmp_path / "b.csv", other)

@@ -218,7 +218,7 @@ def verdict(
     rec = Record(c.id, verdict, evidence, src, device, torch.__version__, basis, expect or "")
     _RECORDS[c.id] = rec
     head = (
-        f"GPU-ONLY - {BASIS_WORDS[basis]} expects {rec.expect.upper()}; a GPU run decides"
+        f"GPU-ONLY - expected {rec.expect.upper()} from {BASIS_WORDS[basis]}; a GPU run decides"
         if verdict == "gpu-only"
         else verdict.upper()
         + ("" if basis == "measured" else f" ({'modelled' if basis == 'model' else 'cited'}: {BASIS_WORDS[basis]})")

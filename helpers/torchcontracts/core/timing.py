@@ -121,6 +121,11 @@ class Timing:
             return None
         return self.median_s / other.median_s
 
+    def differs(self, other: Timing) -> bool:
+        """Whether the two medians are further apart than the two IQRs together: a smaller gap is not a measured
+        difference, even between two clean timings (each may spread up to ``SPREAD_MAX``)."""
+        return abs(self.median_s - other.median_s) > self.iqr_s + other.iqr_s
+
     def __str__(self) -> str:
         if self.noisy:
             return f"{self.label}: {NOISY} ({self.why})"

@@ -8,12 +8,13 @@ the numbers a GPU gives and the numbers the seeds' stories would give.
 
 from __future__ import annotations
 
+import ast
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
 
-from conftest import ROOT, notebook_functions
+from conftest import ROOT, notebook_functions, read
 
 NB = ROOT / "notebooks" / "04_async_and_timing.ipynb"
 F = notebook_functions(
@@ -252,3 +253,48 @@ def test_c047_evidence_cites_the_workspace_limit_of_both_processes():
     runs = [{"c047": {"workspace_limit": 130 * 2**30}}, {"c047": {"workspace_limit": 96 * 2**30}}]
     note = F["workspace_note"](runs)
     assert "130.0 and 96.0 GiB" in note and "get_available_workspace()" in note and "cacheInfo" in note
+
+
+# The one rule (issue 25): with no GPU, a claim about what CUDA does is gpu-only, names what the torch source or the
+# docs expect a GPU run to show, and rests on that reading; the CUDA branch keeps a measured verdict. -------------
+
+
+def verdict_calls(path) -> list[tuple[str, str, dict]]:
+    """(claim id, verdict, {keyword: source text}) of every tc.verdict call in the notebook."""
+    calls = []
+    for cell in read(path).cells:
+        if cell.cell_type == "code" and "tc.verdict(" in cell.source:
+            for node in ast.walk(ast.parse(cell.source)):
+                if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "verdict":
+                    kw = {k.arg: ast.unparse(k.value) for k in node.keywords}
+                    calls.append((ast.literal_eval(node.args[0]), ast.literal_eval(node.args[1]), kw))
+    return calls
+
+
+CALLS = verdict_calls(NB)
+
+
+@pytest.mark.parametrize(
+    "cid, expect, basis",
+    [
+        ("C139", "true", "docs"),
+        ("C084", "false", "source"),
+        ("C114", "true", "source"),
+        ("C115", "false", "source"),  # once a definite `false` from the source alone on a CPU
+        ("C047", "true", "docs"),
+    ],
+)
+def test_without_a_gpu_a_cuda_claim_is_gpu_only_with_its_expectation_and_a_measured_cuda_branch(cid, expect, basis):
+    branches = {verdict: kw for c, verdict, kw in CALLS if c == cid}
+    assert len([c for c, _, _ in CALLS if c == cid]) == 2 and "gpu-only" in branches, branches
+    cpu = branches.pop("gpu-only")
+    assert cpu["expect"] == repr(expect) and cpu["basis"] == repr(basis)
+    (gpu,) = branches.values()
+    assert "'measured'" in gpu["basis"]  # C047: measured when the search changed something, else the docs
+
+
+def test_c047_cuda_branch_rests_on_the_docs_when_its_proof_finds_nothing_different():
+    (gpu,) = [kw for c, verdict, kw in CALLS if c == "C047" and verdict != "gpu-only"]
+    assert gpu["basis"] == "'measured' if shown else 'docs'" and gpu["source"].startswith("None if shown else")
+    identical = _c047(kernels=[PLAN, SEARCH, PLAN], max_abs_diff=0.0)  # bitwise equal, nothing differed
+    assert F["proof_c047"](identical) is False  # so `shown` is False there, and the basis is the docs

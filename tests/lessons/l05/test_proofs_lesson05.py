@@ -7,6 +7,7 @@ real loader, and a loader (or worker_init_fn) built to behave the way the seed s
 
 from __future__ import annotations
 
+import ast
 import os
 import random
 import threading
@@ -17,7 +18,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset, RandomSampler, get_worker_info
 
-from conftest import ROOT, notebook_functions
+from conftest import ROOT, notebook_functions, read
 from torchcontracts.lessons.l05_data.data_pipeline import (
     DrawDataset,
     ModuleDataset,
@@ -111,6 +112,15 @@ def test_c042_holds_on_torch_and_fails_if_any_object_with_two_methods_plugged_in
     assert F["proof_c042"](real) is True
     assert F["proof_c042"]({**real, "spawn_error": ""}) is False  # spawn pickled a live generator
     assert F["proof_c042"]({**real, "no_len_error": ""}) is False  # samplers did without __len__
+
+
+def test_c042_fails_in_a_world_where_the_claim_is_simply_true():
+    """Every measured part of the protocol holds, and the dataset holding a generator also starts spawn workers:
+    then any object with __len__ and __getitem__ plugs in everywhere, and `partly` would be wrong."""
+    simply_true = {"plain": [0, 1, 4, 9, 16, 25], "no_len_error": "object of type 'NoLen' has no len()"}
+    simply_true |= {"fork_stream": [0, 1, 2, 3], "spawn_error": ""}
+    assert F["proof_c042"](simply_true) is False
+    assert F["proof_c042"]({**simply_true, "spawn_error": "cannot pickle 'generator' object"}) is True
 
 
 # C049: prefetch_factor defaults to 2 batches per worker ----------------------------------------------
@@ -353,6 +363,19 @@ def test_c091_without_a_gpu_holds_on_what_each_build_really_does(worker):
 )
 def test_c091_without_a_gpu_fails_when_the_worker_stops_elsewhere(worker, change):
     assert F["proof_c091_no_gpu"]({**NO_GPU, **worker, **change}) is False
+
+
+def test_c091_without_a_gpu_is_gpu_only_expecting_partly_from_the_source_and_measured_on_a_gpu():
+    """The one rule (issue 25): the CPU verdict decides nothing, says what the source expects, and rests on it."""
+    calls = {}
+    for cell in read(NB).cells:
+        if cell.cell_type == "code" and 'tc.claim("C091")' in cell.source:
+            for node in ast.walk(ast.parse(cell.source)):
+                if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "verdict":
+                    calls[ast.literal_eval(node.args[1])] = {k.arg: ast.unparse(k.value) for k in node.keywords}
+    assert set(calls) == {"partly", "gpu-only"}
+    assert calls["gpu-only"]["expect"] == "'partly'" and calls["gpu-only"]["basis"] == "'source'"
+    assert calls["partly"]["basis"] == "'measured'" and "source" not in calls["partly"]
 
 
 # C117 / C118: seeding ------------------------------------------------------------------------

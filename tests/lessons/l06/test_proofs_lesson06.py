@@ -191,7 +191,7 @@ def test_c060_c061_hold_on_torch_and_fail_when_identity_or_checkpoint_would_chan
 # --- steps ------------------------------------------------------------------------------------------
 
 
-def test_c053_holds_on_torch_and_fails_on_zeroed_tensors_or_replaced_grads():
+def _c053_real() -> dict:
     lin = nn.Linear(4, 1)
     x, y = torch.randn(8, 4), torch.randn(8, 1)
     F.mse_loss(lin(x), y).backward()
@@ -200,15 +200,38 @@ def test_c053_holds_on_torch_and_fails_on_zeroed_tensors_or_replaced_grads():
     opt = torch.optim.SGD(lin.parameters(), lr=0.1)
     twice = torch.equal(lin.weight.grad, 2 * g1)
     opt.zero_grad()
+    after_zero = repr(lin.weight.grad)
+    F.mse_loss(lin(x), y).backward()
+    full = lin.weight.grad.clone()
+    lin.zero_grad()
+    for xs, ys in zip(x.split(4), y.split(4)):
+        (F.mse_loss(lin(xs), ys) / 2).backward()
     real = {
         "second backward adds (grad == 2 x first)": twice,
         "default set_to_none": inspect.signature(torch.optim.Optimizer.zero_grad).parameters["set_to_none"].default,
-        ".grad after zero_grad()": repr(lin.weight.grad),
+        ".grad after zero_grad()": after_zero,
         "zero before backward == zero after step": True,
+        "two half-batches, no zero_grad between == the full batch": torch.allclose(lin.weight.grad, full, rtol=1e-5),
     }
+    return real
+
+
+def test_c053_holds_on_torch_and_fails_on_zeroed_tensors_or_replaced_grads():
+    real = _c053_real()
     assert P["proof_c053"](real) is True
     assert P["proof_c053"](with_(real, **{".grad after zero_grad()": "tensor([[0., 0., 0., 0.]])"})) is False
     assert P["proof_c053"](with_(real, **{"second backward adds (grad == 2 x first)": False})) is False
+
+
+def test_c053_fails_in_a_world_where_the_claim_is_simply_true():
+    """Gradients accumulate there too, but what is left in .grad is no usable sum, or zeroing must sit right before
+    backward(): then zero_grad() would be a must every iteration, and `partly` would be wrong."""
+    real = _c053_real()
+    no_sum = {"two half-batches, no zero_grad between == the full batch": False}
+    placed = {"zero before backward == zero after step": False}
+    assert P["proof_c053"](with_(real, **no_sum, **placed)) is False
+    assert P["proof_c053"](with_(real, **no_sum)) is False
+    assert P["proof_c053"](with_(real, **placed)) is False
 
 
 def test_c143_holds_on_real_errors_and_fails_when_accumulation_is_exact_everywhere_or_wrong():
@@ -361,13 +384,22 @@ def _c116_real() -> dict:
     t1, n1, r1 = torch.rand(3), np.random.rand(3), random.random()  # noqa: E702
     torch.manual_seed(42)
     t2, n2, r2 = torch.rand(3), np.random.rand(3), random.random()  # noqa: E702
-    with mock.patch.object(torch.cuda, "manual_seed_all", wraps=torch.cuda.manual_seed_all) as spy:
+    with (
+        mock.patch.object(torch.cuda, "manual_seed_all", wraps=torch.cuda.manual_seed_all) as spy,
+        mock.patch.object(torch.mps, "manual_seed", wraps=torch.mps.manual_seed) as spy_mps,
+        mock.patch.object(torch.xpu, "manual_seed_all", wraps=torch.xpu.manual_seed_all) as spy_xpu,
+        mock.patch.object(torch.mtia, "manual_seed_all", wraps=torch.mtia.manual_seed_all) as spy_mtia,
+    ):
         torch.manual_seed(42)
     return {
         "torch CPU repeats": torch.equal(t1, t2),
         "numpy repeats": bool(np.array_equal(n1, n2)),
         "random repeats": r1 == r2,
         "calls torch.cuda.manual_seed_all with": [c.args for c in spy.call_args_list],
+        "calls the mps, xpu, mtia seeders with": [
+            [c.args for c in s.call_args_list] for s in (spy_mps, spy_xpu, spy_mtia)
+        ],
+        "a fresh process's torch.initial_seed()": 12190505347741890412,  # what a fresh process printed once
         "workers' torch draws repeat": True,
         "workers differ from each other": True,
     }
@@ -376,9 +408,17 @@ def _c116_real() -> dict:
 def test_c116_holds_on_torch_and_fails_if_manual_seed_were_cpu_only():
     real = _c116_real()
     assert P["proof_c116"](real) is True
-    assert P["proof_c116"](with_(real, **{"calls torch.cuda.manual_seed_all with": []})) is False  # "CPU RNG only"
-    assert P["proof_c116"](with_(real, **{"numpy repeats": True})) is False
+    # the claim simply true: "only the CPU RNG"
+    assert P["proof_c116"](with_(real, **{"calls torch.cuda.manual_seed_all with": []})) is False
+    assert P["proof_c116"](with_(real, **{"calls the mps, xpu, mtia seeders with": [[], [], []]})) is False
     assert P["proof_c116"](with_(real, **{"CUDA generators' seeds": [42, 43]})) is False
+    assert P["proof_c116"](with_(real, **{"numpy repeats": True})) is False
+
+
+def test_c116_fails_if_manual_seed_reached_another_process():
+    """The half of the claim that holds is measured too: were the seed to reach a fresh process, the claim would
+    be simply false (not CPU only, not this process only), and `partly` would be wrong."""
+    assert P["proof_c116"](with_(_c116_real(), **{"a fresh process's torch.initial_seed()": 42})) is False
 
 
 def test_c046_holds_on_the_real_callback_and_fails_on_per_device_seeds():

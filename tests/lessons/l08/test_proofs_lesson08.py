@@ -8,6 +8,7 @@ stays fast.
 
 from __future__ import annotations
 
+import functools
 import io
 import sys
 import textwrap
@@ -44,6 +45,7 @@ FNS = notebook_functions(
     "proof_c109",
     "proof_c144",
     "proof_c032",
+    "bn_under_qat",
     "proof_c112",
     "proof_c132",
     "proof_c030",
@@ -279,22 +281,93 @@ def test_c069_partly_fails_if_trace_handled_every_loop_or_none():
     assert not FNS["proof_c069"](none)
 
 
-def test_c070_holds_when_a_plain_module_scripts_and_fails_when_it_does_not():
-    assert FNS["proof_c070"]({"error": "", "both branches kept": True})
-    assert not FNS["proof_c070"]({"error": "RuntimeError: needs @torch.jit.script_method", "both branches kept": False})
+C070_TODAY = {"error": "", "both branches kept": True, "the old way still compiles": True, "the old way warns": []}
 
 
-def test_c071_and_c108_on_real_scripting():
-    class WithNumpy(nn.Module):
-        def forward(self, x):
-            return torch.from_numpy(np.tanh(x.numpy()))
+def test_c070_outdated_holds_when_a_plain_module_scripts_and_the_old_way_exists():
+    assert FNS["proof_c070"](C070_TODAY)
 
+    def old_way():
+        class OldStyle(torch.jit.ScriptModule):  # the torch 1.0-1.1 way, as the lesson's old_style()
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(3, 3)
+
+            @torch.jit.script_method
+            def forward(self, x):
+                return self.fc(x)
+
+        return OldStyle()
+
+    old, _ = FNS["jit_warnings"](old_way)
+    assert isinstance(old, torch.jit.ScriptModule) and old(torch.randn(2, 3)).shape == (2, 3)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"error": "RuntimeError: needs @torch.jit.script_method", "both branches kept": False},  # the claim true today
+        {"both branches kept": False},  # scripted, but lost a branch
+        {"the old way still compiles": False},  # the seed would name no API at all
+    ],
+)
+def test_c070_fails_if_todays_torch_still_required_script_method(change):
+    assert not FNS["proof_c070"]({**C070_TODAY, **change})
+
+
+class WithNumpy(nn.Module):
+    def forward(self, x):
+        return torch.from_numpy(np.tanh(x.numpy()))
+
+
+class CallsTensorNumpy(nn.Module):
+    def forward(self, x):
+        return torch.tensor(x.numpy().sum())
+
+
+@functools.cache
+def _numpy_errors() -> dict:
+    """Scripted once per process: a second script of the same class fails for another reason ("Can't redefine")."""
+    return {
+        "np.tanh(x.numpy())": FNS["try_script"](WithNumpy())[1],
+        "x.numpy()": FNS["try_script"](CallsTensorNumpy())[1],
+    }
+
+
+def test_c071_holds_on_real_scripting():
+    errors = _numpy_errors()
+    assert errors["x.numpy()"].startswith("RuntimeError:"), errors
+    assert FNS["proof_c071"](errors), errors
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"x.numpy()": ""},  # Tensor.numpy() compiled
+        {"np.tanh(x.numpy())": ""},  # the NumPy function compiled
+        # failed, but for a reason that says nothing about NumPy: no source to compile (as from stdin)
+        {"np.tanh(x.numpy())": "OSError: Can't get source for <bound method WithNumpy.forward of WithNumpy()>."},
+        {"x.numpy()": "OSError: Can't get source for <bound method CallsTensorNumpy.forward>."},
+        {"np.tanh(x.numpy())": "TypeError: unsupported operand type(s) for +: 'int' and 'str'"},  # another TypeError
+        {"x.numpy()": "RuntimeError: undefined value np:"},  # another diagnostic
+    ],
+)
+def test_c071_fails_on_a_different_exception_or_none(change):
+    assert not FNS["proof_c071"]({**_numpy_errors(), **change})
+
+
+def test_c071_accepts_a_not_supported_diagnostic_for_the_ufunc():
+    """A torch whose frontend reports the ufunc instead of crashing on it still rejects NumPy."""
+    ufunc = "RuntimeError: Python builtin <ufunc 'tanh'> is currently not supported in Torchscript:"
+    errors = {**_numpy_errors(), "np.tanh(x.numpy())": ufunc}
+    assert FNS["proof_c071"](errors)
+
+
+def test_c108_on_real_scripting():
     class WithLen(nn.Module):
         def forward(self, x):
             return x[: len(x) // 2] * len(x)
 
-    _, err = FNS["try_script"](WithNumpy())
-    assert FNS["proof_c071"](err) and not FNS["proof_c071"]("")
     scripted, err = FNS["try_script"](WithLen())
     assert err == "" and FNS["proof_c108"](scripted, WithLen())
     assert not FNS["proof_c108"](None, WithLen())  # script could not compile len(x)
@@ -304,14 +377,16 @@ def test_c071_and_c108_on_real_scripting():
 
 def test_c109_partly_fails_if_sequential_indexing_compiled():
     real = {
-        "IndexLoop(ModuleList)": "RuntimeError: Expected integer literal",
-        "IndexLoop(Sequential)": "RuntimeError: ...",
+        "IndexLoop(ModuleList)": "RuntimeError: Expected integer literal for index but got a variable or non-integer.",
+        "IndexLoop(Sequential)": "RuntimeError: Expected integer literal for index but got a variable or non-integer.",
         "Iterate(ModuleList)": "compiles",
         "LiteralIndex(ModuleList)": "compiles",
     }
     assert FNS["proof_c109"](real)
     assert not FNS["proof_c109"]({**real, "IndexLoop(Sequential)": "compiles"})  # the seed's fix would work
     assert not FNS["proof_c109"]({**real, "Iterate(ModuleList)": "RuntimeError"})  # then indexing would be all there is
+    redefined = "RuntimeError: Can't redefine method: forward on class: __torch__.IndexLoop"
+    assert not FNS["proof_c109"]({**real, "IndexLoop(Sequential)": redefined})  # an error unrelated to indexing
 
 
 # Quantization: C144, C032 ---------------------------------------------------------------------------
@@ -325,11 +400,28 @@ def test_c144_and_c032_fail_without_the_deprecation_or_the_replacement():
         "prepare_qat warns": True,
         "torchao QAT": True,
         "torchao pt2e QAT": True,
-        "old recipe freezes BN stats": True,
+        "QAT alone leaves BN stats moving": True,
+        "freeze_bn_stats stops them": True,
     }
     assert FNS["proof_c032"](facts)
     assert not FNS["proof_c032"]({**facts, "prepare_qat warns": False})
-    assert not FNS["proof_c032"]({**facts, "old recipe freezes BN stats": False})
+    assert not FNS["proof_c032"]({**facts, "QAT alone leaves BN stats moving": False})  # QAT itself would fix them
+    assert not FNS["proof_c032"]({**facts, "freeze_bn_stats stops them": False})
+
+
+class _ConvBN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.quant, self.dequant = torch.ao.quantization.QuantStub(), torch.ao.quantization.DeQuantStub()
+        self.conv, self.bn = nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4)
+
+    def forward(self, x):
+        return self.dequant(self.bn(self.conv(self.quant(x))))
+
+
+def test_c032_bn_statistics_are_run_not_looked_up():
+    moves = FNS["bn_under_qat"](_ConvBN())
+    assert moves["fused module"] == "ConvBn2d" and moves["QAT alone"] > 0 and moves["after freeze_bn_stats"] == 0
 
 
 # Serving: C112, C132, C030 --------------------------------------------------------------------------
@@ -372,9 +464,14 @@ def test_c132_partly_fails_if_computing_in_forward_were_a_fix_or_plain_attribute
     assert not FNS["proof_c132"]({**real, "plain attribute moved": True})  # then the seed's problem would not exist
 
 
-def test_c030_holds_on_the_record_and_fails_for_a_maintained_torchserve():
+def test_c030_citation_check_holds_on_the_record_and_fails_for_a_maintained_torchserve():
+    """C030 is a citation (basis "citation"): its predicate reads the course's record of TorchServe's README and
+    repository, not a run. It must still fail on a record of a maintained TorchServe."""
     assert FNS["proof_c030"](deploy.TORCHSERVE)
+    maintained = {**deploy.TORCHSERVE, "notice": "TorchServe is actively maintained.", "archived": ""}
+    assert not FNS["proof_c030"](maintained)
     assert not FNS["proof_c030"]({**deploy.TORCHSERVE, "notice": "TorchServe is actively maintained."})
+    assert not FNS["proof_c030"]({k: v for k, v in deploy.TORCHSERVE.items() if k != "archived"})  # not archived
     assert not FNS["proof_c030"]({**deploy.TORCHSERVE, "handler_api": "def predict(self, request)"})
 
 

@@ -47,8 +47,10 @@ F = notebook_functions(
     "proof_c063",
     "buffer_facts",
     "proof_c064",
+    "recorded_dataparallel",
     "dataparallel_facts",
     "proof_c141",
+    "proof_c141_gpu",
     "launcher_facts",
     "proof_c142",
     "nccl_env_facts",
@@ -113,26 +115,34 @@ def test_c017_fails_with_a_single_bucket(experiments):
 
 def _unused(experiments) -> dict:
     default = inspect.signature(nn.parallel.DistributedDataParallel).parameters["find_unused_parameters"].default
-    return {"default value": default, **experiments[0]["unused"]}
+    return {"default value": default, "never used": experiments[0]["unused"], "sometimes": experiments[0]["sometimes"]}
 
 
 def test_c062_holds_on_ddp(experiments):
-    assert F["proof_c062"](_unused(experiments)) is True
+    observed = _unused(experiments)
+    assert F["proof_c062"](observed) is True
+    assert "raised" in observed["sometimes"]["static_graph=True"]  # the seed's case: static_graph is no way out
+    assert "ran" in observed["never used"]["static_graph=True"]  # while a layer never used is fine with it
+
+
+RAISED = "iteration 2 raised: Expected to have finished reduction in the prior iteration"
 
 
 @pytest.mark.parametrize(
-    "seed_side",
+    "other_side",
     [
-        {
-            "static_graph=True": "iteration 1's forward raised: Expected to have finished reduction"
-        },  # "errors unless True"
-        {"default, b frozen": "iteration 1's forward raised: Expected to have finished reduction"},
-        {"default": "3 iterations ran"},  # no error at all
-        {"default value": True},
+        {"static_graph=True": "4 iterations ran"},  # static_graph handled the seed's case too: partly, not true
+        {"find_unused_parameters=True": RAISED},  # even the seed's fix failed
+        {"default": "4 iterations ran"},  # no error at all: the claim false
     ],
 )
-def test_c062_fails_in_the_seeds_world(experiments, seed_side):
-    assert F["proof_c062"]({**_unused(experiments), **seed_side}) is False
+def test_c062_fails_on_the_other_outcomes(experiments, other_side):
+    observed = _unused(experiments)
+    assert F["proof_c062"]({**observed, "sometimes": {**observed["sometimes"], **other_side}}) is False
+
+
+def test_c062_fails_if_the_default_were_true(experiments):
+    assert F["proof_c062"]({**_unused(experiments), "default value": True}) is False
 
 
 # --- C063: gradient_as_bucket_view --------------------------------------------------------------------
@@ -196,17 +206,65 @@ def test_c064_fails_if_turning_syncing_off_kept_the_ranks_in_step(experiments):
 # --- C141: DataParallel ---------------------------------------------------------------------------------
 
 
-def test_c141_holds_on_torch_dataparallel():
-    facts = F["dataparallel_facts"](inspect.getsource(nn.DataParallel), nn.DataParallel(nn.Linear(2, 2)).device_ids)
+def _dp_facts(module=None, forwards=2, **change):
+    dp = F["recorded_dataparallel"](module or nn.Linear(3, 2))
+    with torch.no_grad():
+        for _ in range(forwards):
+            dp(torch.randn(8, 3))
+    facts = F["dataparallel_facts"](
+        dp, forwards, inspect.getsource(nn.parallel.parallel_apply), nn.DataParallel.__doc__ or ""
+    )
+    return {**facts, **change}
+
+
+def test_c141_holds_on_torch_dataparallels_own_forward():
+    facts = _dp_facts()
+    assert facts["outputs gathered on"] == [0] and facts["module replicated, times"] == 2
     assert F["proof_c141"](facts) is True
 
 
-def test_c141_fails_on_a_balanced_dataparallel_the_docs_do_not_discourage():
-    source = inspect.getsource(nn.DataParallel)
-    balanced = source.replace("self.gather(outputs, self.output_device)", "outputs  # left on each device")
-    silent = re.sub(r"It is recommended to use :class:`~torch.nn.parallel.DistributedDataParallel`", "", source)
-    for fake in (balanced, silent):
-        assert F["proof_c141"](F["dataparallel_facts"](fake, [])) is False
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"outputs gathered on": [0, 1]},  # each replica's output left on its own device: balanced
+        {"outputs gathered on": []},  # no gather at all
+        {"module replicated, times": 1},  # replicas kept between calls
+        {"parallel_apply starts threads (its source)": False},
+        {"its docstring recommends DistributedDataParallel": False},
+    ],
+)
+def test_c141_fails_on_a_dataparallel_that_behaves_otherwise(change):
+    assert F["proof_c141"](_dp_facts(**change)) is False
+
+
+def test_c141_reads_the_behaviour_not_the_formatting():
+    """A DataParallel whose forward gathers on every device fails, whatever its source looks like; a reformatted
+    parallel_apply (threads started under another layout) still passes."""
+
+    class Spread(nn.DataParallel):
+        def forward(self, *inputs):
+            replicas = self.replicate(self.module, self.device_ids)
+            ins, kws = self.scatter(inputs, {}, self.device_ids)
+            outs = self.parallel_apply(replicas, ins, kws)
+            return [self.gather([o], d) for o, d in zip(outs, self.device_ids)]
+
+    dp = F["recorded_dataparallel"](nn.Linear(3, 2))
+    dp.__class__ = type("SpreadRecorded", (Spread, type(dp)), {})
+    with torch.no_grad():
+        dp(torch.randn(8, 3))
+        dp(torch.randn(8, 3))
+    src = inspect.getsource(nn.parallel.parallel_apply)
+    spread = F["dataparallel_facts"](dp, 2, src, nn.DataParallel.__doc__)
+    assert spread["outputs gathered on"] == [0, 1] and F["proof_c141"](spread) is False
+    reformatted = "def f():\n    import threading\n    t = threading.Thread(\n        target=None)\n"
+    assert F["dataparallel_facts"](dp, 2, reformatted, "")["parallel_apply starts threads (its source)"] is True
+
+
+def test_c141_on_two_gpus_needs_gpu_0_to_hold_more():
+    facts = _dp_facts()
+    assert F["proof_c141_gpu"](facts, [2300.0, 1100.0]) is True  # GPU-like peaks, MiB
+    assert F["proof_c141_gpu"](facts, [1100.0, 1100.0]) is False  # balanced
+    assert F["proof_c141_gpu"]({**facts, "outputs gathered on": [0, 1]}, [2300.0, 1100.0]) is False
 
 
 # --- C142: torch.distributed.launch ----------------------------------------------------------------------

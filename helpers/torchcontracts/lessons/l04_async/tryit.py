@@ -32,7 +32,7 @@ SYNC_LINES: tuple[tuple[str, bool, str], ...] = (
     ("if x.max() > 0: pass", True, "bool() of a CUDA tensor reads it on the host"),
     ("i = x.nonzero()", True, "the output's size depends on the data: the host must wait to allocate it"),
     ("m = x[x > 0]", True, "a boolean mask is a nonzero in disguise"),
-    ("t = x.t().contiguous()", False, "a copy kernel on the GPU, queued"),
+    ("t = x.t().contiguous()", False, "no kernel at all: .t() of a 1-D tensor is a view, and already contiguous"),
     (
         "h = x.to('cpu', non_blocking=True)",
         False,

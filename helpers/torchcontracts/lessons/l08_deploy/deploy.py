@@ -116,6 +116,8 @@ TORCHSERVE = {
         "no planned updates, bug fixes, new features, or security patches. Users should be aware that "
         "vulnerabilities may not be addressed."
     ),
+    # github.com's banner on the repository's pages (seen on pytorch/serve#3396; not re-checked by the course since)
+    "archived": "the repository was archived by its owner on 2025-08-07 and is read-only (github.com's banner)",
     "handler_api": (
         "ts/torch_handler/base_handler.py: BaseHandler.initialize(self, context) reads "
         "context.system_properties.get('gpu_id'); BaseHandler.handle(self, data, context)"
