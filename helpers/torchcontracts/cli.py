@@ -123,7 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--fresh",
         action="store_true",
         help="empty the build cache first: every lesson runs again (a lesson re-runs by itself when its code cells, "
-        "its package folder, core/, torch or a TORCHCONTRACTS_* variable changed; use --fresh for anything else)",
+        "its package folder, core/, data/, torch or a TORCHCONTRACTS_* variable changed; --fresh for anything else)",
     )
     p.set_defaults(func=_site)
     p = sub.add_parser("labs", help="build labs/ from solutions/, or check they are in step")

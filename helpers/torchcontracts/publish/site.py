@@ -6,7 +6,7 @@ from ``notebooks/``, their student labs from ``labs/``, never ``solutions/``), w
 with the course map (``publish.course_map``, the README's table) whose hidden toctree gives the sidebar, previous/next
 and search their course order, and the claims ledger page; then it runs ``sphinx-build``. MyST-NB executes the
 lessons through its cache (jupyter-cache): a rebuild executes only a lesson whose code cells, package folder
-(``helpers/torchcontracts/lessons/lNN_*``) or ``core/`` changed, or whose torch or ``TORCHCONTRACTS_*`` setting did.
+(``helpers/torchcontracts/lessons/lNN_*``), ``core/`` or ``data/`` changed, or whose torch or ``TORCHCONTRACTS_*`` setting did.
 ``publish.site_sphinx`` draws widgets in their last state, adds "Download .ipynb", "Open in Colab" and "verified
 with torch X on CPU, date" to each page, keeps each lesson's verdicts, and fills in the ledger.
 """
@@ -229,10 +229,11 @@ def _cache_key() -> str:
 
 
 def _package_hash(root: Path, les: course.Lesson) -> str:
-    """The lesson's own package folder and ``core/``: a change there executes the lesson again (its code did not)."""
+    """The lesson's package folder, ``core/`` and ``data/`` (the GPU record a lesson prints beside its CPU figures,
+    the cached ledger lesson 10 reads): a change there executes the lesson again, though its code cells did not."""
     h = hashlib.sha256()
     pkg = root / "helpers" / "torchcontracts"
-    for folder in (pkg / "lessons" / les.package, pkg / "core"):
+    for folder in (pkg / "lessons" / les.package, pkg / "core", pkg / "data"):
         for path in sorted(folder.rglob("*")) if folder.is_dir() else []:
             if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
                 h.update(str(path.relative_to(pkg)).encode() + b"\0" + path.read_bytes() + b"\0")
