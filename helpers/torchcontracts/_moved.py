@@ -30,7 +30,6 @@ MOVED: dict[str, str] = {
     "labbuild": "labs.build",
     "ledger": "publish.ledger",
     "site": "publish.site",
-    "site_render": "publish.site_render",
     "record": "publish.record",
     "gpu_checks": "publish.gpu_checks",
     "exercises.lesson00": "lessons.l00_start.tryit",

@@ -105,12 +105,26 @@ def build_parser() -> argparse.ArgumentParser:
     from torchcontracts.publish.record import add_arguments as record_arguments  # light: no torch, no Jupyter
 
     record_arguments(p).set_defaults(func=_record)
-    p = sub.add_parser("site", help="build a static HTML site of the course (lessons executed here, labs, ledger)")
+    p = sub.add_parser("site", help="build the course site with Sphinx (lessons executed here, cached; labs; ledger)")
     p.add_argument("out", metavar="OUT", help="the folder to write (created; its old pages are replaced)")
     p.add_argument("--only", nargs="*", help="lesson number prefixes, e.g. 00 01 (labs of those lessons only)")
     p.add_argument("--no-labs", action="store_true", help="leave the student labs out")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--quiet", action="store_true", help="print only the last line (default: one line per page)")
     p.add_argument("--cell-timeout", type=float, default=120, metavar="SECONDS", help="seconds one cell may run")
+    p.add_argument(
+        "--repo", metavar="URL", help="the course's GitHub URL, for Open in Colab (default $TORCHCONTRACTS_REPO)"
+    )
+    p.add_argument(
+        "--cache",
+        metavar="DIR",
+        help="the build cache: Sphinx sources, doctrees, executed lessons (default .site-cache/ in the course root)",
+    )
+    p.add_argument(
+        "--fresh",
+        action="store_true",
+        help="empty the build cache first: every lesson runs again (a lesson re-runs by itself when its code cells, "
+        "its package folder, core/, data/, torch or a TORCHCONTRACTS_* variable changed; --fresh for anything else)",
+    )
     p.set_defaults(func=_site)
     p = sub.add_parser("labs", help="build labs/ from solutions/, or check they are in step")
     p.add_argument("action", choices=["build", "check"])

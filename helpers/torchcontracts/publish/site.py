@@ -1,75 +1,53 @@
-"""`torchcontracts site OUT/`: the course as static HTML, for reading without running it.
+"""`torchcontracts site OUT/`: the course as a Sphinx site (MyST-NB, the book theme), for reading without running it.
 
-It executes the manifest's lessons here (``torchcontracts.course``; the loop of ``publish.runner``, one progress bar
-over all their cells), exports each with nbconvert's HTML exporter (widgets drawn in their last state, see
-``site_render``), adds the student labs of those lessons from ``labs/`` (never ``solutions/``) unexecuted with their
-``.ipynb`` to download, an index with the course map (titles and CPU / CUDA from the manifest, time estimates read
-from each notebook's header), and the claims ledger: the verdicts this very build asserted, the cached CPU ledger
-for lessons not built, and the recorded GPU verdict beside them when a record exists.
+This module is the glue the engine needs: it lays out a Sphinx project in the build cache (``.site-cache/`` in the
+course root, or ``--cache DIR``; never inside OUT, which holds only what is published): the manifest's lessons
+from ``notebooks/``, their student labs from ``labs/``, never ``solutions/``), writes its ``conf.py``, an index page
+with the course map (``publish.course_map``, the README's table) whose hidden toctree gives the sidebar, previous/next
+and search their course order, and the claims ledger page; then it runs ``sphinx-build``. MyST-NB executes the
+lessons through its cache (jupyter-cache): a rebuild executes only a lesson whose code cells, package folder
+(``helpers/torchcontracts/lessons/lNN_*``), ``core/`` or ``data/`` changed, or whose torch or ``TORCHCONTRACTS_*`` setting did.
+``publish.site_sphinx`` draws widgets in their last state, adds "Download .ipynb", "Open in Colab" and "verified
+with torch X on CPU, date" to each page, keeps each lesson's verdicts, and fills in the ledger.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import csv
 import dataclasses
+import hashlib
 import html
+import io
+import json
+import os
+import re
 import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any, Sequence
 
 from torchcontracts import course
 from torchcontracts.core.nbio import nbformat
-from torchcontracts.labs.load import load as load_lab
 from torchcontracts.publish.ledger_compare import evidence_kind
+from torchcontracts.publish.site_sphinx import LEDGER_SLOT, SiteError, guard
 
-from torchcontracts.publish.site_render import SiteError, error_outputs, guard, static_widgets, strip_noise, to_html
+__all__ = ["SiteReport", "build_site", "ledger_html", "run"]
 
-__all__ = ["SiteReport", "build_site", "run"]
+CACHE = ".site-cache"  # in the course root (gitignored): Sphinx sources, doctrees, the execution cache; never in OUT
 
 
 @dataclasses.dataclass
 class SiteReport:
-    """What a build wrote: pages, executed lessons' seconds, the whole build's seconds and size in bytes."""
+    """What a build wrote: pages, lessons' execution seconds (None: read from the cache), the build's seconds, bytes."""
 
     out: Path
     pages: list[Path]
-    lesson_seconds: dict[str, float]
+    lesson_seconds: dict[str, float | None]
     seconds: float = 0.0
     bytes: int = 0
-
-
-def _nav(prefix: str) -> str:
-    return (
-        f'<a href="{prefix}index.html">Torch Contracts</a><a href="{prefix}index.html#map">Course map</a>'
-        f'<a href="{prefix}ledger.html">Claims ledger</a>'
-    )
-
-
-def _page(title: str, body: str) -> str:
-    style = (
-        "body{font:15px/1.5 system-ui,sans-serif;margin:0;color:#222}main{max-width:1200px;margin:0 auto;"
-        "padding:16px 24px}table{border-collapse:collapse;width:100%;font-size:13px}th,td{border:1px solid "
-        "#ccd;padding:4px 6px;vertical-align:top;text-align:left}th{background:#eef}.tc-nav{background:#1f2d3d;"
-        "padding:6px 16px}.tc-nav a{color:#fff;margin-right:14px;text-decoration:none}"
-        ".v-true{background:#e3f4e3}.v-false{background:#fbe1e1}.v-partly{background:#fdf3d6}"
-        ".v-outdated{background:#ece3f7}.v-gpu-only{background:#e0eefb}.v-not-covered{color:#999}"
-        ".differs{outline:2px solid #d33}"
-    )
-    return (
-        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
-        f'<style>{style}</style></head><body><nav class="tc-nav">{_nav("")}</nav><main>{body}</main></body></html>\n'
-    )
-
-
-def _lab_points(stem: str) -> str:
-    try:
-        spec = load_lab(stem)
-        return f"{sum(t.points for t in spec.tasks.values())} pts"
-    except Exception:  # noqa: BLE001 - a lab without a checks module: no points to show
-        return ""
 
 
 def _ledger_rows(records: dict[str, dict[str, str]], built: set[str]) -> tuple[list[dict[str, str]], str, Any]:
@@ -116,9 +94,11 @@ def _ledger_rows(records: dict[str, dict[str, str]], built: set[str]) -> tuple[l
     return rows, (rec.label if rec else ""), rec
 
 
-def _ledger_page(rows: list[dict[str, str]], gpu_label: str) -> str:
+def ledger_html(records: dict[str, dict[str, str]], built: set[str]) -> tuple[str, str]:
+    """The ledger page's body (summary and table, HTML) and ledger.csv, from this build's verdicts."""
     from collections import Counter
 
+    rows, gpu_label, _ = _ledger_rows(records, built)
     counts = Counter(r["verdict"] for r in rows)
     cols = ["id", "topic", "lesson", "claim", "seed words", "verdict", "basis", "expects", "evidence", "source"]
     cols += ["torch", "origin"]
@@ -141,45 +121,16 @@ def _ledger_page(rows: list[dict[str, str]], gpu_label: str) -> str:
         if gpu_label
         else "<p>No GPU record in this copy of the course: <code>torchcontracts record</code> on a GPU adds one.</p>"
     )
-    return _page(
-        "Claims ledger",
-        f"<h1>The claims ledger</h1><p>{len(rows)} claims. {summary}.</p>{gpu}"
-        f'<p>Download it as <a href="ledger.csv">ledger.csv</a>.</p><table id="ledger"><thead><tr>{head}'
-        f"</tr></thead><tbody>{''.join(body)}</tbody></table>",
+    table = (
+        f'<p>{len(rows)} claims. {summary}.</p>{gpu}<p>Download it as <a href="ledger.csv">ledger.csv</a>.</p>'
+        f'<div class="tc-ledger"><table id="ledger"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody>'
+        "</table></div>"
     )
-
-
-def _index_page(lessons: list[dict[str, Any]], rows: list[dict[str, str]], stamp: str) -> str:
-    from collections import Counter
-
-    trs = []
-    for les in lessons:
-        lab = (
-            "; ".join(
-                f'<a href="{lab["href"]}">{html.escape(lab["id"])}</a> ({lab["points"]}), {lab["minutes"]} min'
-                for lab in les["labs"]
-            )
-            or "-"
-        )
-        trs.append(
-            f'<tr><td>{les["number"]}</td><td><a href="{les["href"]}">{html.escape(les["title"])}</a> '
-            f'(<a href="{les["ipynb"]}">.ipynb</a>)</td><td class="minutes">{les["minutes"]} min</td>'
-            f"<td>{lab}</td><td>{html.escape(les['cuda'])}</td><td>{les['seconds']}</td></tr>"
-        )
-    counts = Counter(r["verdict"] for r in rows)
-    covered = sum(n for v, n in counts.items() if v != "not covered")
-    body = (
-        "<h1>Torch Contracts</h1><p>A course in PyTorch engineering that proves every statement it makes by running it. "
-        "Its raw material is four popular articles about PyTorch \u201ccontracts\u201d: 124 checkable claims, many of "
-        "them wrong. Each lesson states a claim, measures what PyTorch really does, and asserts a verdict. These pages "
-        f"show the lessons as executed for this site ({html.escape(stamp)}); run the notebooks to re-prove them on "
-        'your machine.</p><h2 id="map">Course map</h2><table id="course-map"><thead><tr><th>#</th><th>lesson</th>'
-        "<th>time (from the notebook's header)</th><th>lab</th><th>CPU / CUDA</th><th>executed in (s)</th></tr></thead>"
-        f"<tbody>{''.join(trs)}</tbody></table><h2>The claims ledger</h2><p>{covered} of {len(rows)} claims have a "
-        f'verdict: {", ".join(f"{v} {n}" for v, n in counts.most_common())}. <a href="ledger.html">The whole ledger</a>.'
-        "</p>"
-    )
-    return _page("Torch Contracts", body)
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return table, buf.getvalue()
 
 
 MARKER = ".torchcontracts-site"  # in OUT: the folder is a site this command built, so its pages may be replaced
@@ -201,12 +152,108 @@ def _claim_folder(root: Path, out: Path) -> None:
     (target / MARKER).write_text("built by `torchcontracts site`; rebuilding replaces its pages\n", encoding="utf-8")
 
 
-def _minutes(nb: Any) -> str:
-    """'45' or '60-90' from a notebook's header (the parser the README and the workshop kit use); '' if absent."""
-    try:
-        return course.header_minutes(nb.cells[0].source if nb.cells else "")
-    except ValueError:
-        return ""
+def _put(path: Path, data: bytes) -> None:
+    """Write only what changed: Sphinx re-reads (and MyST-NB re-checks) a source whose time changed."""
+    if path.exists() and path.read_bytes() == data:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+
+
+def _index_md(root: Path, picked: Sequence[course.Lesson], labs: bool) -> str:
+    from torchcontracts.publish.course_map import course_map
+
+    table = course_map(root, picked)
+    if not labs:  # no lab pages: their names stay, their links go
+        table = re.sub(r"\[([^\]]+)\]\(labs/[^)]+\)", r"\1", table)
+    toc = [f"notebooks/{les.stem}" for les in picked]
+    if labs:
+        toc = [d for les in picked for d in [f"notebooks/{les.stem}", *(f"labs/{lab}" for lab in les.labs)]]
+    return (
+        "# Torch Contracts\n\nA course in PyTorch engineering that proves every statement it makes by running it. Its raw "
+        'material is four popular articles about PyTorch "contracts": 124 checkable claims, many of them wrong. Each '
+        "lesson states a claim, measures what PyTorch really does, and asserts a verdict. These pages show the lessons "
+        "as executed for this site (each page says with which torch, where and when); run the notebooks to re-prove "
+        "them on your machine. Every verdict is in [the claims ledger](ledger.md).\n\n"
+        f"(course-map)=\n## Course map\n\n{table}\n\n"
+        "```{toctree}\n:hidden:\n:caption: Course\n\n" + "\n".join(toc) + "\nledger\n```\n"
+    )
+
+
+_LEDGER_MD = f"""# The claims ledger
+
+Every claim of the course with the verdict this site's lessons asserted, the cached CPU ledger's for lessons not
+built, and the recorded GPU verdict beside it where a GPU record exists.
+
+```{{raw}} html
+{LEDGER_SLOT}
+```
+"""
+
+
+def _conf_py(work: Path, settings: dict[str, Any]) -> str:
+    lines = [
+        '"""Made by `torchcontracts site` (publish/site.py) for this build; edits are overwritten."""',
+        'project = "Torch Contracts"',
+        'author = "the Torch Contracts authors"',
+        "smartquotes = False  # the prose as written in the notebooks",
+        'extensions = ["myst_nb", "torchcontracts.publish.site_sphinx"]',
+        'html_theme = "sphinx_book_theme"',
+        'html_title = "Torch Contracts"',
+        'html_theme_options = {"use_download_button": True, "show_toc_level": 2, "home_page_in_toc": True}',
+        'html_sourcelink_suffix = ""  # _sources/notebooks/X.ipynb: the "Download .ipynb" link',
+        'html_last_updated_fmt = ""',
+        'myst_enable_extensions = ["dollarmath"]',
+        "myst_heading_anchors = 3",
+        'nb_execution_mode = "cache"',
+        f"nb_execution_cache_path = {str(work / settings.pop('cache'))!r}",
+        f"nb_execution_timeout = {int(settings.pop('cell_timeout'))}",
+        'nb_execution_excludepatterns = ["labs/*"]  # student labs are shown as handed out',
+        "nb_execution_raise_on_error = False  # the extension stops the build in one line instead",
+        'nb_render_plugin = "torchcontracts"  # static widgets (publish/site_sphinx.py)',
+        "nb_ipywidgets_js = {}  # no widget manager from a CDN",
+        'suppress_warnings = ["mystnb.unknown_mime_type", "myst.header"]',
+    ]
+    lines += [f"{k} = {v!r}" for k, v in settings.items()]
+    return "\n".join(lines) + "\n"
+
+
+def _cache_key() -> str:
+    """What an executed lesson depends on besides its code cells: the torch build and the course's environment."""
+    import torch
+
+    env = sorted(
+        (k, v) for k, v in os.environ.items() if k.startswith("TORCHCONTRACTS_") and k != "TORCHCONTRACTS_LEDGER"
+    )
+    return hashlib.sha256(repr((torch.__version__, sys.executable, env)).encode()).hexdigest()[:12]
+
+
+def _package_hash(root: Path, les: course.Lesson) -> str:
+    """The lesson's package folder, ``core/`` and ``data/`` (the GPU record a lesson prints beside its CPU figures,
+    the cached ledger lesson 10 reads): a change there executes the lesson again, though its code cells did not."""
+    h = hashlib.sha256()
+    pkg = root / "helpers" / "torchcontracts"
+    for folder in (pkg / "lessons" / les.package, pkg / "core", pkg / "data"):
+        for path in sorted(folder.rglob("*")) if folder.is_dir() else []:
+            if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
+                h.update(str(path.relative_to(pkg)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+def _with_package_hash(data: bytes, digest: str) -> bytes:
+    """The notebook with the package hash in its kernelspec, the metadata jupyter-cache hashes with the code cells."""
+    nb = json.loads(data)
+    spec = nb.setdefault("metadata", {}).setdefault("kernelspec", {"name": "python3", "display_name": "Python 3"})
+    spec["torchcontracts_package"] = digest
+    return (json.dumps(nb, indent=1, ensure_ascii=False) + "\n").encode()
+
+
+def _kernel(work: Path) -> Path:
+    """A kernelspec "python3" that is this interpreter, first on JUPYTER_PATH (a stale user kernelspec never runs)."""
+    spec = work / "jupyter" / "kernels" / "python3" / "kernel.json"
+    argv = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+    _put(spec, json.dumps({"argv": argv, "display_name": "Python 3", "language": "python"}).encode())
+    return work / "jupyter"
 
 
 def build_site(
@@ -218,83 +265,98 @@ def build_site(
     progress: bool = True,
     cell_timeout: float = 120,
     lessons: Sequence[course.Lesson] | None = None,
+    repo: str = "",
+    fresh: bool = False,
+    cache: Path | None = None,
 ) -> SiteReport:
-    """Execute the lessons and write the site into ``out``; :class:`SiteError` names a lesson that fails.
+    """Lay out the Sphinx project, build it into ``out``; :class:`SiteError` names a lesson that fails.
 
-    The lessons are the manifest's (``only``: number prefixes); ``lessons`` gives other rows (tests build a
-    course of their own).
+    The lessons are the manifest's (``only``: number prefixes); ``lessons`` gives other rows (tests build a course
+    of their own). ``cache`` holds the build's sources, doctrees and execution cache (default ``root/.site-cache``);
+    ``fresh`` empties it first. ``progress`` prints one line per page read; Sphinx's own log goes to
+    ``CACHE/site-*/sphinx.log``.
     """
     import torch
 
-    from torchcontracts.publish.runner import run_lessons
-
-    start = time.perf_counter()
+    start = time.time()
     picked = list(lessons) if lessons is not None else course.lessons(only)
     if not picked:
         raise SiteError(f"site: no lesson of the course manifest matches --only {' '.join(only or [])}")
     _claim_folder(root, out)
-    paths = [root / les.notebook for les in picked]
-    for path in paths:
+    cache = (cache or root / CACHE).resolve()
+    if cache == out.resolve() or out.resolve() in cache.parents:
+        raise SiteError(f"site: the build cache {cache} would be published inside {out}: pick a --cache outside it")
+    work = cache / f"site-{hashlib.sha256(str(out.resolve()).encode()).hexdigest()[:10]}"  # one per OUT
+    src = work / "src"
+    if fresh:
+        shutil.rmtree(cache, ignore_errors=True)
+    work.mkdir(parents=True, exist_ok=True)
+    (cache / ".gitignore").write_text("*\n", encoding="utf-8")
+    wanted: dict[Path, bytes] = {}
+    for les in picked:
+        path = root / les.notebook
         if not path.is_file():
             raise SiteError(f"site: {path} is in the course manifest but not on disk: run this from the course root")
-    for sub in ("lessons", "labs"):
-        shutil.rmtree(out / sub, ignore_errors=True)
-        (out / sub).mkdir(parents=True, exist_ok=True)
-    report = SiteReport(out, [], {})
-    records: dict[str, dict[str, str]] = {}
-    entries: dict[str, dict[str, Any]] = {}
-    runs = run_lessons(paths, cell_timeout=cell_timeout, progress=progress)
-    with contextlib.closing(runs):  # a failing lesson closes the progress bar at once
-        for les, path, result in zip(picked, paths, runs, strict=True):
-            if result.error or error_outputs(result.nb):
-                raise SiteError(
-                    f"site: {result.error or path.name + ' ' + ', '.join(error_outputs(result.nb))}: "
-                    "fix the lesson (or leave it out with --only) and build again"
-                )
-            records.update({r["id"]: r for r in result.records})
-            report.lesson_seconds[path.name] = round(result.seconds, 1)
-            nb = result.nb
-            guard(nb, path.name)
-            strip_noise(nb)
-            static_widgets(nb)
-            target = out / "lessons" / f"{les.stem}.html"
-            target.write_text(to_html(nb, title=f"{les.number} · {les.title}", nav=_nav("../")), encoding="utf-8")
-            shutil.copy2(path, out / "lessons" / path.name)
-            report.pages.append(target)
-            entries[les.number] = {
-                "number": les.number,
-                "title": les.title,
-                "href": f"lessons/{target.name}",
-                "ipynb": f"lessons/{path.name}",
-                "minutes": _minutes(nb),
-                "cuda": les.cuda,
-                "seconds": f"{result.seconds:.0f}",
-                "labs": [],
-            }
-    for les in picked if labs else []:
-        for lab_id in les.labs:
+        guard(nbformat.read(path, as_version=4), les.notebook)
+        wanted[src / les.notebook] = _with_package_hash(path.read_bytes(), _package_hash(root, les))
+        for lab_id in les.labs if labs else ():
             lab = root / "labs" / f"{lab_id}.ipynb"
-            nb = nbformat.read(lab, as_version=4)
-            guard(nb, f"labs/{lab.name}")
-            static_widgets(nb)
-            target = out / "labs" / f"{lab_id}.html"
-            target.write_text(to_html(nb, title=f"{lab_id} (student lab)", nav=_nav("../")), encoding="utf-8")
-            shutil.copy2(lab, out / "labs" / lab.name)
-            report.pages.append(target)
-            entries[les.number]["labs"].append(
-                {"id": lab_id, "href": f"labs/{target.name}", "minutes": _minutes(nb), "points": _lab_points(lab_id)}
-            )
-    rows, gpu_label, _ = _ledger_rows(records, {p.name for p in paths})
-    with open(out / "ledger.csv", "w", newline="", encoding="utf-8") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    (out / "ledger.html").write_text(_ledger_page(rows, gpu_label), encoding="utf-8")
+            guard(nbformat.read(lab, as_version=4), f"labs/{lab.name}")  # labs/, never solutions/
+            wanted[src / "labs" / lab.name] = lab.read_bytes()
+    wanted[src / "index.md"] = _index_md(root, picked, labs).encode()
+    wanted[src / "ledger.md"] = _LEDGER_MD.encode()
+    for old in [p for p in src.rglob("*") if p.is_file()] if src.exists() else []:
+        if old not in wanted:  # a lesson left out this time: not a page, not executed, and its old page goes
+            rel = old.relative_to(src)
+            for stale in (old, out / rel.with_suffix(".html"), out / rel, out / "_sources" / rel):
+                stale.unlink(missing_ok=True)
+    for path, data in wanted.items():
+        _put(path, data)
+    (work / "failed.txt").unlink(missing_ok=True)
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    stamp = f"{time.strftime('%Y-%m-%d')}, torch {torch.__version__} on {device}"
-    (out / "index.html").write_text(_index_page(list(entries.values()), rows, stamp), encoding="utf-8")
-    report.pages += [out / "index.html", out / "ledger.html"]
-    report.seconds = time.perf_counter() - start
+    settings = {
+        "cache": str(cache / f"jupyter-cache-{_cache_key()}"),  # shared by every OUT built from this course
+        "cell_timeout": cell_timeout,
+        "tc_work": str(work.resolve()),
+        "tc_lessons": [f"notebooks/{les.stem}" for les in picked],
+        "tc_labs": [f"labs/{lab}" for les in picked for lab in (les.labs if labs else ())],
+        "tc_repo": repo,
+        "tc_torch": torch.__version__,
+        "tc_device": device,
+        "tc_started": start,
+        "tc_progress": progress,
+    }
+    _put(work / "conf" / "conf.py", _conf_py(work.resolve(), settings).encode())
+    env = {
+        **os.environ,
+        "JUPYTER_PATH": os.pathsep.join([str(_kernel(work).resolve()), os.environ.get("JUPYTER_PATH", "")]),
+    }
+    env.pop("TORCHCONTRACTS_LEDGER", None)
+    cmd = [sys.executable, "-m", "sphinx", "-q", "-b", "html", "-c", str(work / "conf"), "-d", str(work / "doctrees")]
+    log = work / "sphinx.log"  # Sphinx's warnings and tracebacks, the kernels' stderr: not the reader's screen
+    with log.open("w", encoding="utf-8") as sink:
+        proc = subprocess.run([*cmd, str(src), str(out)], env=env, text=True, stderr=sink)
+    failed = work / "failed.txt"
+    if failed.exists():
+        raise SiteError(
+            f"site: {failed.read_text(encoding='utf-8')}: fix the lesson (or leave it out with --only) and build again"
+        )
+    if proc.returncode != 0:
+        lines = [ln for ln in log.read_text(encoding="utf-8", errors="replace").splitlines() if ln.strip()]
+        last = next(
+            (ln.strip() for ln in reversed(lines) if "Error" in ln or "error" in ln), lines[-1] if lines else ""
+        )
+        raise SiteError(f"site: sphinx-build failed (exit {proc.returncode}): {last[:300]} (whole log: {log})")
+    kept = json.loads((work / "report.json").read_text(encoding="utf-8"))["lessons"]
+    report = SiteReport(out, [], {})
+    for name, data in kept.items():
+        report.lesson_seconds[name] = round(data["seconds"], 1) if data["executed"] and data["seconds"] else None
+    report.pages = [
+        out / "index.html",
+        *(out / f"{d}.html" for d in settings["tc_lessons"] + settings["tc_labs"]),
+        out / "ledger.html",
+    ]
+    report.seconds = time.time() - start
     report.bytes = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
     return report
 
@@ -311,12 +373,16 @@ def run(args: argparse.Namespace) -> int:
             labs=not args.no_labs,
             progress=not args.quiet,
             cell_timeout=args.cell_timeout,
+            repo=args.repo if args.repo is not None else os.environ.get("TORCHCONTRACTS_REPO", ""),
+            fresh=args.fresh,
+            cache=Path(args.cache) if args.cache else None,
         )
     except (SiteError, FileNotFoundError) as err:
         print(err)
         return 1
-    for name, secs in report.lesson_seconds.items():
-        print(f"  {name}: {secs:.1f} s")
+    ran = sum(secs is not None for secs in report.lesson_seconds.values())
+    if not args.quiet:
+        print(f"site: {ran} of {len(report.lesson_seconds)} lessons executed, the others served from the cache")
     print(
         f"site: {len(report.pages)} pages in {args.out} ({report.bytes / 1e6:.1f} MB), built in {report.seconds:.0f} s; "
         f"open {Path(args.out) / 'index.html'}"
