@@ -108,5 +108,5 @@ def test_a_scaffolded_lesson_passes_the_course_checks_and_the_tools_pick_it_up(t
     site = _run(copy, "-m", "torchcontracts", "site", str(out), "--only", "11", "--no-labs", "--quiet", timeout=300)
     assert site.returncode == 0, site.stdout + site.stderr
     index = (out / "index.html").read_text(encoding="utf-8")
-    assert (out / "lessons" / "11_example_topic.html").is_file() and "An example" in index
-    assert "<td>11</td>" in index and '<td class="minutes">20 min</td>' in index
+    assert (out / "notebooks" / "11_example_topic.html").is_file() and "An example" in index
+    assert "<td><p>11</p></td>" in index and "<td><p>20 min</p></td>" in index  # the course map, from the manifest
