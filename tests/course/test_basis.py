@@ -33,9 +33,22 @@ def cached_basis() -> dict[str, str]:
 
 
 def mislabelled(text: str, basis: dict[str, str]) -> list[str]:
-    """The clauses of ``text`` that call a non-measured verdict proved or measured."""
+    """The clauses of ``text`` that call a non-measured verdict proved or measured, and the rows of a table whose
+    header does (a column headed "measured here" labels every claim below it)."""
     bad = []
+    header_says_run = False
     for line in text.splitlines():
+        if not line.startswith("|"):
+            header_says_run = False
+        elif header_says_run is False and not CLAIM_ID.search(line):
+            header_says_run = bool(RUN_WORD.search(line))
+            continue
+        if header_says_run and not GPU_WORD.search(line):
+            bad += [
+                f"{cid} ({basis[cid]}): under a 'measured' header"
+                for cid in CLAIM_ID.findall(line)
+                if basis.get(cid, "measured") != "measured"
+            ]
         for clause in re.split(r"[;|]|\.\s", line):
             if not RUN_WORD.search(clause) or GPU_WORD.search(clause):
                 continue
@@ -128,6 +141,10 @@ def test_the_label_check_catches_a_cited_verdict_called_proved():
     assert not mislabelled("| C115 `false` measured on a GPU; on a CPU `gpu-only`, cited |", basis)
     assert not mislabelled("C001 `false` measured; C115 cited from the torch source", basis)
     assert not mislabelled("C115: not measured here", basis)
+    table = "| contract | measured here |\n| --- | --- |\n| a warm-up searches nothing | C115 false |"
+    assert mislabelled(table, basis)
+    assert not mislabelled(table.replace("measured here", "verdict"), basis)
+    assert not mislabelled("| contract | measured here |\n| --- | --- |\n| views | C001 false |", basis)
 
 
 @pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem[:2])

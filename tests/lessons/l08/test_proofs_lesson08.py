@@ -400,12 +400,12 @@ def test_c144_and_c032_fail_without_the_deprecation_or_the_replacement():
         "prepare_qat warns": True,
         "torchao QAT": True,
         "torchao pt2e QAT": True,
-        "QAT alone leaves BN stats moving": True,
+        "BN stats update under fake quantization": True,
         "freeze_bn_stats stops them": True,
     }
     assert FNS["proof_c032"](facts)
     assert not FNS["proof_c032"]({**facts, "prepare_qat warns": False})
-    assert not FNS["proof_c032"]({**facts, "QAT alone leaves BN stats moving": False})  # QAT itself would fix them
+    assert not FNS["proof_c032"]({**facts, "BN stats update under fake quantization": False})  # nothing to settle
     assert not FNS["proof_c032"]({**facts, "freeze_bn_stats stops them": False})
 
 
@@ -421,7 +421,9 @@ class _ConvBN(nn.Module):
 
 def test_c032_bn_statistics_are_run_not_looked_up():
     moves = FNS["bn_under_qat"](_ConvBN())
-    assert moves["fused module"] == "ConvBn2d" and moves["QAT alone"] > 0 and moves["after freeze_bn_stats"] == 0
+    assert (
+        moves["fused module"] == "ConvBn2d" and moves["training under QAT"] > 0 and moves["after freeze_bn_stats"] == 0
+    )
 
 
 # Serving: C112, C132, C030 --------------------------------------------------------------------------
