@@ -268,7 +268,14 @@ def test_t1_a_right_bench_on_another_fine_clock_passes(clock, checks):
             out["median_s"], out["iqr_s"] = out["median_s"] / 1e9, out["iqr_s"] / 1e9
         return out
 
-    assert _failures(checks["t1"], other_clock, hidden=False) == []
+    # Real timings of 5 and 15 us workloads: on a loaded 2-core machine both the judge's attempts once lost the
+    # known 3x ratio (1.25, the cpu leg of a clean-clone CI), so a right bench must pass in one of three runs.
+    runs = []
+    for _ in range(3):
+        runs.append(_failures(checks["t1"], other_clock, hidden=False))
+        if not runs[-1]:
+            break
+    assert runs[-1] == [], runs
 
 
 def test_t1_a_right_bench_that_reports_its_samples_sorted_passes(checks):
