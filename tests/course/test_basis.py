@@ -16,14 +16,14 @@ import pytest
 
 import torchcontracts as tc
 from conftest import ROOT, read
-from torchcontracts.core.claims import BASES, VERDICTS, recorded
+from torchcontracts.core.claims import BASES, CLAIMS_A_RUN, VERDICTS, recorded
 from torchcontracts.course import lessons
 from torchcontracts.publish.ledger import COLUMNS, cache_paths
 from torchcontracts.publish.ledger_compare import evidence_kind
 
 LESSONS = [ROOT / les.notebook for les in lessons()]
 CLAIM_ID = re.compile(r"\bC\d{3}b?\b")
-RUN_WORD = re.compile(r"(?<!not )(?<!un)\b(proved|proven|proves|measured)\b", re.I)
+RUN_WORD = CLAIMS_A_RUN  # the rule verdict() applies to evidence, applied to prose
 GPU_WORD = re.compile(r"\b(GPU|CUDA|H200)\b", re.I)
 
 

@@ -44,8 +44,9 @@ BASIS_WORDS = {
     "model": "the allocator model",
     "citation": "a citation",
 }
-# A non-measured verdict may not claim a measurement: "not measured" and "unmeasured" are fine.
-_CLAIMS_A_RUN = re.compile(r"(?<!not )(?<!nothing )(?<!un)\b(proved|proven|proves|measured)\b", re.I)
+# A non-measured verdict may not claim a measurement, in its evidence or in lesson prose (tests/course/test_basis.py):
+# "not measured" and "unmeasured" are fine.
+CLAIMS_A_RUN = re.compile(r"(?<!not )(?<!nothing )(?<!un)\b(proved|proven|proves|measured)\b", re.I)
 LEDGER_ENV = "TORCHCONTRACTS_LEDGER"  # JSON-lines file that `torchcontracts ledger` collects
 
 
@@ -203,7 +204,7 @@ def verdict(
     elif expect is not None:
         raise ValueError(f"{claim_id}: expect= belongs to gpu-only verdicts; '{verdict}' is already decided")
     if basis != "measured":
-        word = _CLAIMS_A_RUN.search(f"{evidence} {source or ''}")
+        word = CLAIMS_A_RUN.search(f"{evidence} {source or ''}")
         if word:
             raise ValueError(
                 f"{claim_id}: rests on {BASIS_WORDS[basis]}, so it may not say '{word.group(0)}': say cited or modelled"
