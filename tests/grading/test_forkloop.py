@@ -22,11 +22,14 @@ SERVER = textwrap.dedent(
         if req.get("raise"):
             raise ValueError("the child body failed")
         if req.get("orphan"):  # double fork: the grandchild lands on the server, which kills it
+            ready_r, ready_w = os.pipe()
             if os.fork() == 0:
                 with open(req["orphan"], "w") as fh:
                     fh.write(str(os.getpid()))
-                time.sleep(30)
+                os.write(ready_w, b"1")  # only now may the child exit: else the server can kill it before it writes
+                time.sleep(120)
                 os._exit(0)
+            os.read(ready_r, 1)
         time.sleep(req.get("sleep", 0))
         os._exit(req.get("code", 0))
 
@@ -101,10 +104,8 @@ def test_async_kills_an_orphan_that_lands_on_the_server(server, tmp_path):
     server.send(op="spawn", id=1, orphan=str(marker))
     pid = server.read()["pid"]
     assert server.read() == {"exit": pid, "code": 0}
-    deadline = time.monotonic() + 10
-    while not marker.exists() or not marker.read_text():
-        assert time.monotonic() < deadline, "the grandchild never started"
-        time.sleep(0.02)
+    assert marker.read_text(), "the child exits only after the grandchild wrote its pid"
+    deadline = time.monotonic() + 30
     orphan = int(marker.read_text())
     while os.path.exists(f"/proc/{orphan}"):
         assert time.monotonic() < deadline, "the orphan outlived its parent"
