@@ -129,6 +129,7 @@ def test_c042_fails_in_a_world_where_the_claim_is_simply_true():
 class _Counted(Dataset):
     def __init__(self):
         self.fetched = torch.multiprocessing.get_context(FORK).Value("i", 0)
+        self.by_worker = torch.multiprocessing.get_context(FORK).Array("i", 8)
 
     def __len__(self):
         return 64
@@ -136,6 +137,8 @@ class _Counted(Dataset):
     def __getitem__(self, i):
         with self.fetched.get_lock():
             self.fetched.value += 1
+            info = get_worker_info()
+            self.by_worker[info.id if info else 0] += 1
         return i
 
 
@@ -145,8 +148,9 @@ def _ahead(workers: int = 2, **kw) -> tuple[float, int]:
     with worker_iter(loader):
         if workers == 0:
             return ds.fetched.value / 4, loader.prefetch_factor
-        last, since, deadline = -1, time.monotonic(), time.monotonic() + 15
-        while (time.monotonic() - since < 0.5 or last <= 0) and time.monotonic() < deadline:
+        last, since, deadline = -1, time.monotonic(), time.monotonic() + 30
+        # still for 0.5 s after every worker fetched: a worker that starts late on a busy machine is not missed
+        while (time.monotonic() - since < 0.5 or not all(ds.by_worker[:workers])) and time.monotonic() < deadline:
             if ds.fetched.value != last:
                 last, since = ds.fetched.value, time.monotonic()
             time.sleep(0.01)
