@@ -31,12 +31,12 @@ def test_a_cell_over_the_cell_timeout_stops_the_run_with_one_line_naming_noteboo
         new_code_cell("y = 2"),
     )
     t0 = time.monotonic()
-    rc = ledger.run(_args(tmp_path, cell_timeout=2), notebooks=[nb])
+    rc = ledger.run(_args(tmp_path, cell_timeout=10), notebooks=[nb])  # 10 s: `x = 1`, a fresh kernel's first, fits
     took = time.monotonic() - t0
     out = capsys.readouterr().out
     assert rc == 1
     # cells count from 1 at the top, the markdown cell included
-    assert out == "ledger: slow.ipynb cell 3 (`import time; time.sleep(120)`) did not finish in 2 s\n"
+    assert out == "ledger: slow.ipynb cell 3 (`import time; time.sleep(120)`) did not finish in 10 s\n"
     assert took < 100, f"the run waited {took:.0f} s: the cell timeout did not stop the sleeping cell"
     assert not (tmp_path / "ledger.csv").exists()
 
