@@ -294,6 +294,31 @@ def test_a_rank_that_hangs_dies_or_raises_fails_the_run_in_one_line(fn, kind, wo
     _nothing_alive()
 
 
+def _sum_of_ranks(rank, world):
+    t = torch.tensor([float(rank)])
+    dist.all_reduce(t)
+    return t.item()
+
+
+def test_a_rank_that_joins_late_is_no_hang_but_a_hang_after_joining_still_is(monkeypatch):
+    """Joining gets the run's budget and fn's collectives get pg_timeout. Rank 1 joins 4 s late (a busy machine
+    forks it late): with the join under pg_timeout = 2 s, rank 0 timed out in the handshake and the run failed."""
+    real = dist.init_process_group
+
+    def late_for_rank_1(*args, **kwargs):
+        if kwargs.get("rank") == 1:
+            time.sleep(4)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(dist, "init_process_group", late_for_rank_1)  # the forked workers inherit it
+    assert run_ranks(_sum_of_ranks, 2, timeout=20, pg_timeout=2).results == [1.0, 1.0]
+    t0 = time.monotonic()
+    with pytest.raises(TimeoutError, match="rank 1 never reached the collective that rank 0 waited in"):
+        run_ranks(_hangs, 2, timeout=20, pg_timeout=2)
+    assert time.monotonic() - t0 < 15  # rank 0 gave up after pg_timeout in fn's collective, not the run's 20 s
+    _nothing_alive()
+
+
 def test_run_ranks_leaves_no_thread_and_no_signal_handler():
     import signal
     import threading

@@ -8,7 +8,8 @@ group whose workers are *forks* of this process: they already hold torch and the
 ``run_ranks(fn, world_size, inputs)``:
 
 * forks ``world_size`` workers; each joins one gloo group (a ``FileStore`` in a private folder,
-  gloo over loopback, ``pg_timeout`` seconds per collective) and calls ``fn(rank, world_size, *args)``;
+  gloo over loopback, ``pg_timeout`` seconds per collective of ``fn``; joining the group may take the run's
+  whole ``timeout``, as a busy machine can fork a sibling seconds late) and calls ``fn(rank, world_size, *args)``;
 * sends each rank *its own* inputs only after every worker exists (``inputs`` may be a function,
   called then): no worker's memory holds another rank's share, so a rank cannot compute the
   global answer alone and must communicate;
@@ -118,6 +119,7 @@ def _child(
     fn: Callable[..., Any],
     folder: str,
     pg_timeout: float,
+    join_timeout: float,
     backend: str,
 ) -> None:
     """A worker: join the group, run ``fn`` on this rank's inputs, send the result. Never returns."""
@@ -140,14 +142,19 @@ def _child(
         torch.set_num_threads(1)
         args = _loads(_recv_all(mine))
         os.environ.setdefault("GLOO_SOCKET_IFNAME", _loopback())
+        # Joining gets the run's whole budget, not pg_timeout: on a busy machine a sibling can be forked seconds
+        # late, and that is no hang. The collectives of fn get pg_timeout (set once every pair is connected).
+        set_timeout = getattr(dist.distributed_c10d, "_set_pg_timeout", None)
         dist.init_process_group(
             backend,
             store=dist.FileStore(os.path.join(folder, "store"), world),
             rank=rank,
             world_size=world,
-            timeout=datetime.timedelta(seconds=pg_timeout),
+            timeout=datetime.timedelta(seconds=max(pg_timeout, join_timeout) if set_timeout else pg_timeout),
         )
         dist.barrier()  # every pair connected before fn runs (a fast rank must not leave mid-handshake)
+        if set_timeout:
+            set_timeout(datetime.timedelta(seconds=pg_timeout))
         result = fn(rank, world, *args)
         dist.barrier()  # and every rank done before any leaves (its peers may still be reading from it)
         blob = _dumps({"result": result, "stdout": _printed(printed, log)})
@@ -270,7 +277,7 @@ def run_ranks(
                 pid = os.fork()
             if pid == 0:
                 others = [s for i, p in enumerate(pairs) for j, s in enumerate(p) if (i, j) != (rank, 1)]
-                _child(rank, world_size, pairs[rank][1], others, fn, folder, pg_timeout, backend)
+                _child(rank, world_size, pairs[rank][1], others, fn, folder, pg_timeout, timeout, backend)
             pids.append(pid)
         for _, child_end in pairs:
             child_end.close()
